@@ -1,0 +1,91 @@
+"""Batched, seeded generation with the token counts the FLOP meter needs.
+
+Prompts are left-padded so that every row's prompt ends at the same position (the standard for
+decoder-only batch generation). For each batch we return the real prompt and completion lengths
+(model FLOPs are charged on those) and the padded prompt width and number of decode steps the
+batch actually ran (executed FLOPs: ``generate`` keeps computing finished rows until the whole
+batch stops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GenerationBatch:
+    """Shapes of one ``generate`` call (lengths in tokens)."""
+
+    prompt_lens: list[int]
+    completion_lens: list[int]  # new tokens per row, EOS included when produced
+    padded_prompt_len: int
+    new_tokens_run: int  # decode width of the batch: max completion length
+
+
+@dataclass
+class Generations:
+    texts: list[str] = field(default_factory=list)
+    batches: list[GenerationBatch] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(sum(b.completion_lens) for b in self.batches)
+
+
+def completion_lengths(new_ids, eos_id: int | None, pad_id: int | None) -> list[int]:
+    """Real new tokens per row: up to and including the first EOS (pads after it excluded)."""
+    lens = []
+    for row in new_ids.tolist():
+        n = len(row)
+        if eos_id is not None and eos_id in row:
+            n = row.index(eos_id) + 1
+        elif pad_id is not None and pad_id != eos_id:
+            while n > 0 and row[n - 1] == pad_id:
+                n -= 1
+        lens.append(n)
+    return lens
+
+
+def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
+             do_sample: bool = False, temperature: float = 1.0, seed: int = 0,
+             num_return_sequences: int = 1) -> Generations:
+    """Generate completions for ``prompts`` (each repeated ``num_return_sequences`` times).
+
+    Deterministic for a fixed seed, batch size and thread count: the torch generator is reseeded
+    from ``seed`` and the batch index before every batch.
+    """
+    import torch
+
+    out = Generations()
+    model.eval()
+    expanded = [p for p in prompts for _ in range(num_return_sequences)]
+    pad_id = tokenizer.pad_token_id
+    eos_id = tokenizer.eos_token_id
+    for bi, start in enumerate(range(0, len(expanded), batch_size)):
+        chunk = expanded[start:start + batch_size]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
+                        add_special_tokens=False)
+        torch.manual_seed(seed * 1_000_003 + bi)
+        with torch.no_grad():
+            gen = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=do_sample,
+                temperature=temperature if do_sample else None,
+                top_k=0 if do_sample else None,
+                top_p=1.0 if do_sample else None,
+                pad_token_id=pad_id,
+                eos_token_id=eos_id,
+            )
+        width = enc["input_ids"].shape[1]
+        new_ids = gen[:, width:]
+        lens = completion_lengths(new_ids, eos_id, pad_id)
+        out.texts += [tokenizer.decode(row[:n], skip_special_tokens=True)
+                      for row, n in zip(new_ids.tolist(), lens, strict=True)]
+        out.batches.append(GenerationBatch(
+            prompt_lens=enc["attention_mask"].sum(dim=1).tolist(),
+            completion_lens=lens,
+            padded_prompt_len=width,
+            new_tokens_run=new_ids.shape[1],
+        ))
+    return out

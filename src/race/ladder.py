@@ -1,0 +1,147 @@
+"""The offline policy ladder and the one loader every policy goes through.
+
+The ladder is a family of tiny ``Qwen2ForCausalLM`` configs driven by a single size dial ``k``:
+
+    hidden        = 64 * (k + 1)
+    intermediate  = 4 * hidden            (SwiGLU: gate, up, down)
+    layers        = 2 + k
+    heads         = hidden // 32           (head dim 32)
+    kv heads      = max(1, heads // 2)     (GQA; the smallest size has a single KV head)
+
+Named rungs: ``nano`` (k=0, ~0.12M parameters), ``micro`` (k=1, ~0.74M), ``mini`` (k=2, ~2.2M):
+roughly 3-6x parameters per rung, sized so that pretraining the whole ladder fits in minutes
+on two CPU cores.
+The vocabulary is the character-level task tokenizer's; the LM head is tied to the input
+embedding, as in the small Qwen2.5 models.
+
+A size entry that is not a ladder name is a hub id or a local path: it loads through
+``AutoModelForCausalLM.from_pretrained`` with ``trust_remote_code=False`` and safetensors only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+LADDER_DIALS: dict[str, int] = {"nano": 0, "micro": 1, "mini": 2}
+
+#: Context length of the ladder models: the longest OOD prompt plus solution fits well inside.
+LADDER_MAX_POSITIONS = 256
+
+
+@dataclass(frozen=True)
+class LadderShape:
+    """Architecture numbers of one ladder rung (no vocabulary: that comes from the tokenizer)."""
+
+    name: str
+    dial: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+
+
+def ladder_shape(dial: int, name: str | None = None) -> LadderShape:
+    """The architecture for size dial ``dial`` (see the module docstring for the formulas)."""
+    if dial < 0:
+        raise ValueError(f"size dial must be >= 0, got {dial}")
+    hidden = 64 * (dial + 1)
+    heads = hidden // 32
+    return LadderShape(
+        name=name or f"dial{dial}",
+        dial=dial,
+        hidden=hidden,
+        intermediate=4 * hidden,
+        layers=2 + dial,
+        heads=heads,
+        kv_heads=max(1, heads // 2),
+    )
+
+
+def is_ladder_name(spec: str) -> bool:
+    return spec in LADDER_DIALS
+
+
+def ladder_config(name: str, vocab_size: int, pad_token_id: int | None = None,
+                  bos_token_id: int | None = None, eos_token_id: int | None = None):
+    """A ``Qwen2Config`` for ladder rung ``name`` with the given vocabulary."""
+    from transformers import Qwen2Config
+
+    if name not in LADDER_DIALS:
+        raise KeyError(f"unknown ladder size {name!r}; known: {sorted(LADDER_DIALS)}")
+    shape = ladder_shape(LADDER_DIALS[name], name)
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=LADDER_MAX_POSITIONS,
+        rope_theta=1e6,
+        tie_word_embeddings=True,
+        pad_token_id=pad_token_id,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        use_cache=True,
+    )
+
+
+def build_ladder_model(name: str, tokenizer, seed: int = 0, attn_implementation: str = "sdpa"):
+    """Randomly initialised ladder policy (deterministic for a given seed)."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    config = ladder_config(
+        name,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    config._attn_implementation = attn_implementation
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
+def load_policy(spec: str | Path, attn_implementation: str = "sdpa", dtype=None):
+    """Load a causal LM from a hub id or a local directory: no remote code, safetensors only.
+
+    Ladder names are not accepted here: a ladder policy is first pretrained (``race pretrain``)
+    and then loaded from its directory like any other checkpoint.
+    """
+    from transformers import AutoModelForCausalLM
+
+    spec = str(spec)
+    if is_ladder_name(spec):
+        raise ValueError(
+            f"{spec!r} is a ladder name: load its pretrained directory (results/base/size~{spec})"
+        )
+    return AutoModelForCausalLM.from_pretrained(
+        spec,
+        trust_remote_code=False,
+        use_safetensors=True,
+        attn_implementation=attn_implementation,
+        dtype=dtype,
+    )
+
+
+def count_parameters(model) -> tuple[int, int]:
+    """(all parameters, non-embedding parameters), each shared tensor counted once.
+
+    Non-embedding excludes the input embedding and an untied LM head (the convention of the
+    scaling-law literature); a tied head is the embedding and is excluded once.
+    """
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    emb = model.get_input_embeddings().weight
+    embedding = emb.numel()
+    head = model.get_output_embeddings()
+    if head is not None and head.weight is not emb:
+        embedding += head.weight.numel()
+    return total, total - embedding

@@ -1,0 +1,338 @@
+"""The synthetic verifiable task (the offline default) and the task interface.
+
+An arithmetic *chain* starts from an integer and applies ``+``/``-`` operations left to right::
+
+    prompt      "17+8-5=?\\n"
+    solution    "17+8=25\\n25-5=20\\n#### 20"
+
+Every solution line before the marker is one *step* ``a<op>b=c``; the last line is the final
+answer after the marker ``####`` (the GSM8K convention). Values stay in ``[0, max_value]``: an
+operation that would leave that range is flipped (``-`` to ``+`` or back), so every prompt is
+well defined and every intermediate result has at most two digits by default.
+
+Splits (all deterministic from the seed): ``train`` and ``eval_in`` have ``min_steps..max_steps``
+steps; ``eval_ood`` has ``ood_min_steps..ood_max_steps`` (longer chains than training). No prompt
+appears in two splits.
+
+Two checks:
+
+* :func:`verify` -- the verifier (reward ``rule``): the completion's last non-empty line must be
+  ``#### <integer>`` and the integer must equal the answer. No marker, a non-integer, or text
+  after the answer line is a format failure and scores 0.
+* :func:`step_labels` -- the step checker (PRM training labels): a step is correct when it parses,
+  its left operand equals the previous step's stated result (the problem's first number for the
+  first step), its operation and operand are the problem's next ones, and its arithmetic is
+  right. The answer line is correct when it equals the last step's stated result and the number
+  of steps equals the problem's. Hence "every label correct" is equivalent to a well-formed
+  solution whose answer is right.
+
+Any JSONL of ``{"prompt", "answer"}`` records plugs in through :func:`load_jsonl`, and a
+``datasets`` id such as GSM8K through :func:`load_hf_split` (needs a reachable hub); both are
+verified with :func:`verify_math`, which compares the number after the marker (or the last
+number in the text) numerically.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+MARKER = "####"
+STEP_SEPARATOR = "\n"
+_STEP_RE = re.compile(r"^(\d+)([+\-])(\d+)=(-?\d+)$")
+_ANSWER_RE = re.compile(r"^####\s?(-?\d+)$")
+_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Shape of the arithmetic task; every field is a config key under ``task:``."""
+
+    seed: int = 0
+    max_operand: int = 30
+    max_value: int = 99
+    min_steps: int = 1
+    max_steps: int = 3
+    ood_min_steps: int = 4
+    ood_max_steps: int = 5
+    n_train: int = 20000
+    n_eval_in: int = 200
+    n_eval_ood: int = 200
+
+    def __post_init__(self):
+        if not 1 <= self.min_steps <= self.max_steps:
+            raise ValueError("task.min_steps must be >= 1 and <= task.max_steps")
+        if self.ood_min_steps <= self.max_steps:
+            raise ValueError("task.ood_min_steps must exceed task.max_steps (OOD = longer chains)")
+        if self.ood_max_steps < self.ood_min_steps:
+            raise ValueError("task.ood_max_steps must be >= task.ood_min_steps")
+        if self.max_operand < 1 or self.max_value < self.max_operand:
+            raise ValueError("task.max_operand must be >= 1 and <= task.max_value")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One chain: ``start`` then ``ops`` = ((op, operand), ...)."""
+
+    start: int
+    ops: tuple[tuple[str, int], ...]
+
+    @property
+    def prompt(self) -> str:
+        body = str(self.start) + "".join(f"{op}{b}" for op, b in self.ops)
+        return f"{body}=?\n"
+
+    def results(self) -> list[int]:
+        value, out = self.start, []
+        for op, b in self.ops:
+            value = value + b if op == "+" else value - b
+            out.append(value)
+        return out
+
+    @property
+    def answer(self) -> int:
+        return self.results()[-1]
+
+    @property
+    def solution(self) -> str:
+        lines, value = [], self.start
+        for (op, b), result in zip(self.ops, self.results(), strict=True):
+            lines.append(f"{value}{op}{b}={result}")
+            value = result
+        lines.append(f"{MARKER} {value}")
+        return STEP_SEPARATOR.join(lines)
+
+    def to_record(self) -> dict:
+        return {
+            "prompt": self.prompt,
+            "answer": str(self.answer),
+            "solution": self.solution,
+            "start": self.start,
+            "ops": [list(o) for o in self.ops],
+        }
+
+    @classmethod
+    def from_record(cls, record: dict) -> Problem:
+        return cls(int(record["start"]), tuple((str(o), int(b)) for o, b in record["ops"]))
+
+
+def sample_problem(rng: random.Random, n_steps: int, spec: TaskSpec) -> Problem:
+    value = rng.randint(0, spec.max_value)
+    start, ops = value, []
+    for _ in range(n_steps):
+        b = rng.randint(1, spec.max_operand)
+        op = rng.choice("+-")
+        # Flip an operation that would leave [0, max_value] so every value stays small.
+        if op == "-" and value - b < 0:
+            op = "+"
+        elif op == "+" and value + b > spec.max_value:
+            op = "-"
+        value = value + b if op == "+" else value - b
+        ops.append((op, b))
+    return Problem(start, tuple(ops))
+
+
+def make_splits(spec: TaskSpec) -> dict[str, list[Problem]]:
+    """Deterministic, prompt-disjoint splits ``train``, ``eval_in`` and ``eval_ood``.
+
+    Evaluation splits are drawn first so that training never crowds them out; a prompt already
+    drawn for any split is skipped (duplicates within a split are skipped too).
+    """
+    rng = random.Random(spec.seed)
+    seen: set[str] = set()
+    plan = [
+        ("eval_in", spec.n_eval_in, spec.min_steps, spec.max_steps),
+        ("eval_ood", spec.n_eval_ood, spec.ood_min_steps, spec.ood_max_steps),
+        ("train", spec.n_train, spec.min_steps, spec.max_steps),
+    ]
+    splits: dict[str, list[Problem]] = {}
+    for name, n, lo, hi in plan:
+        out: list[Problem] = []
+        attempts = 0
+        while len(out) < n:
+            attempts += 1
+            if attempts > 50 * n + 1000:
+                raise ValueError(
+                    f"task: cannot draw {n} distinct prompts for split {name!r}; "
+                    "raise task.max_operand/max_value or lower the split size"
+                )
+            problem = sample_problem(rng, rng.randint(lo, hi), spec)
+            if problem.prompt in seen:
+                continue
+            seen.add(problem.prompt)
+            out.append(problem)
+        splits[name] = out
+    return {k: splits[k] for k in ("train", "eval_in", "eval_ood")}
+
+
+# --------------------------------------------------------------------------- verification
+
+
+def extract_answer(completion: str) -> int | None:
+    """The integer on the final ``#### n`` line, or None when the format is not respected."""
+    lines = [ln.strip() for ln in completion.strip().split(STEP_SEPARATOR) if ln.strip()]
+    if not lines:
+        return None
+    match = _ANSWER_RE.match(lines[-1])
+    return int(match.group(1)) if match else None
+
+
+def verify(completion: str, answer: str | int) -> bool:
+    """Rule verifier: a well-formed final answer line equal to ``answer``."""
+    got = extract_answer(completion)
+    return got is not None and str(got) == str(answer).strip()
+
+
+def split_steps(completion: str) -> list[str]:
+    """Non-empty lines of a completion: the steps, then (if present) the answer line."""
+    return [ln.strip() for ln in completion.strip().split(STEP_SEPARATOR) if ln.strip()]
+
+
+def step_labels(problem: Problem, completion: str) -> list[bool]:
+    """One label per line of ``completion`` (see the module docstring for the rules).
+
+    A completion with no lines has no labels (``[]``); callers decide what that scores.
+    Lines after the answer line, a second answer line, and steps beyond the problem's length
+    are wrong.
+    """
+    lines = split_steps(completion)
+    labels: list[bool] = []
+    previous = problem.start
+    n_steps = 0
+    answered = False
+    for line in lines:
+        if answered:
+            labels.append(False)
+            continue
+        answer = _ANSWER_RE.match(line)
+        if answer:
+            answered = True
+            labels.append(int(answer.group(1)) == previous and n_steps == len(problem.ops))
+            continue
+        step = _STEP_RE.match(line)
+        if step is None or n_steps >= len(problem.ops):
+            labels.append(False)
+            n_steps += 1
+            if step is not None:
+                previous = int(step.group(4))
+            continue
+        a, op, b, c = int(step.group(1)), step.group(2), int(step.group(3)), int(step.group(4))
+        want_op, want_b = problem.ops[n_steps]
+        arithmetic = c == (a + b if op == "+" else a - b)
+        labels.append(a == previous and op == want_op and b == want_b and arithmetic)
+        previous = c  # consistency is checked against the stated result, right or wrong
+        n_steps += 1
+    return labels
+
+
+# --------------------------------------------------------------------------- other datasets
+
+
+def verify_math(completion: str, answer: str | int | float) -> bool:
+    """Math verifier for free-form datasets (GSM8K-style): numeric equality of the final answer.
+
+    The final answer is the number after the last ``####`` marker if there is one, else the last
+    number in the text; thousands separators are ignored; comparison is numeric (``"3.0" == 3``).
+    """
+    text = completion
+    if MARKER in text:
+        text = text.rsplit(MARKER, 1)[1]
+    numbers = _NUMBER_RE.findall(text)
+    if not numbers:
+        return False
+    try:
+        got = float(numbers[0 if MARKER in completion else -1].replace(",", ""))
+        want = float(str(answer).replace(",", "").strip())
+    except ValueError:
+        return False
+    return abs(got - want) < 1e-6
+
+
+@dataclass
+class Record:
+    """A task example as every stage sees it. ``meta`` carries task-specific fields."""
+
+    prompt: str
+    answer: str
+    solution: str | None = None
+    meta: dict = field(default_factory=dict)
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict]) -> None:
+    """Write records atomically (a unique temp file, then rename): a crash never leaves half a file."""
+    import os
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        for r in records:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def load_jsonl(path: str | Path) -> list[Record]:
+    """Load ``{"prompt", "answer"[, "solution"]}`` records; other keys go to ``meta``."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"task data file not found: {path}")
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
+        missing = [k for k in ("prompt", "answer") if k not in raw]
+        if missing:
+            raise ValueError(f"{path}:{i}: record lacks key(s) {missing}")
+        meta = {k: v for k, v in raw.items() if k not in ("prompt", "answer", "solution")}
+        out.append(Record(str(raw["prompt"]), str(raw["answer"]), raw.get("solution"), meta))
+    return out
+
+
+def gsm8k_record(example: dict) -> dict:
+    """Map a GSM8K example (question, answer with a '#### n' tail) to a task record."""
+    solution = example["answer"]
+    final = solution.rsplit(MARKER, 1)[-1].strip().replace(",", "")
+    return {"prompt": example["question"].strip() + "\n", "answer": final, "solution": solution}
+
+
+def load_hf_split(dataset_id: str, split: str, config_name: str | None = None,
+                  mapper=gsm8k_record, **load_kwargs) -> list[Record]:
+    """Load a ``datasets`` split (a hub id needs a reachable hub; a builder such as ``json``
+    with ``data_files=`` works offline). ``mapper`` turns one example into a task record."""
+    from datasets import load_dataset
+
+    ds = load_dataset(dataset_id, config_name, split=split, **load_kwargs)
+    return [Record(**{k: v for k, v in mapper(ex).items() if k in ("prompt", "answer",
+                                                                    "solution")})
+            for ex in ds]
+
+
+def is_arithmetic(record: Record) -> bool:
+    return "start" in record.meta and "ops" in record.meta
+
+
+def problem_of(record: Record) -> Problem:
+    """The arithmetic problem behind a record (for the step checker)."""
+    if not is_arithmetic(record):
+        raise ValueError("record has no arithmetic chain (start/ops): no step labels available")
+    return Problem.from_record(record.meta)
+
+
+def write_splits(spec: TaskSpec, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``train.jsonl``, ``eval_in.jsonl``, ``eval_ood.jsonl`` and ``spec.json``."""
+    out_dir = Path(out_dir)
+    paths = {}
+    for name, problems in make_splits(spec).items():
+        paths[name] = out_dir / f"{name}.jsonl"
+        write_jsonl(paths[name], (p.to_record() for p in problems))
+    (out_dir / "spec.json").write_text(json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n")
+    return paths

@@ -1,0 +1,502 @@
+"""One metered GRPO + LoRA run: every FLOP charged to a phase, an exact budget stop, nested
+budget rungs, resume after a kill, and MLflow as a mirror of the run folder.
+
+Run folder (``results/runs/<cell>/``)::
+
+    budget~<B>/          one per rung: adapter (safetensors), ledger.json, DONE
+    checkpoints/         TRL/Trainer checkpoints (adapter, optimizer, RNG, trainer state) plus
+                         race_state.json (the ledger and metrics up to that step)
+    ledger.json          the live per-step ledger
+    metrics.jsonl        per-step metrics (what MLflow mirrors)
+    mlflow_run_id        the MLflow run this cell logs to
+    DONE                 the run reached its budget
+
+Budget semantics. A step's model FLOPs are known only after it runs (completion lengths are
+sampled), so the stop uses a bound: before step k+1 the run stops when
+``total_k + bound_{k+1} > budget``, where the bound of a generation step is every row at the
+longest training prompt and the completion cap, and the bound of a reuse step
+(``num_iterations > 1``) is exact (the buffered batch's shapes are known). Hence
+``total <= budget`` always and ``budget - total < bound_{k+1}`` (one step's worst case). A budget
+below the first step's bound is an error before any training. Each smaller rung is "crossed" by
+the same rule and snapshotted right there, so a rung's snapshot and ledger are exactly those of
+a run launched with that rung as its budget (constant learning rate: the trajectory does not
+depend on the budget).
+
+Resume. Checkpoints are taken every ``save_every`` steps, rounded to a multiple of
+``num_iterations`` so that a checkpoint never falls inside a reused generation batch (TRL would
+regenerate it on resume). On rerun the run continues from its latest checkpoint with the ledger
+and metrics truncated to that step; the replayed steps are recomputed identically (same RNG
+state, same data order), so nothing is lost or counted twice. A finished run (``DONE``) is not
+retrained.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from race import flops
+from race.ledger import Ledger
+from race.meter import BatchShapes, StepMeter
+
+DONE = "DONE"
+ALL_PROJECTIONS = flops.ALL_PROJECTIONS
+
+
+class BudgetError(ValueError):
+    """A budget (or rung) is smaller than one training step."""
+
+
+def format_budget(budget: float) -> str:
+    """Compact, exact-enough name for a rung: 3e10, 1.5e11 (parsed back with float())."""
+    mantissa, exponent = f"{float(budget):.6e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def rung_dir(run_dir: str | Path, budget: float) -> Path:
+    return Path(run_dir) / f"budget~{format_budget(budget)}"
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """How a step's compute is shaped (one named entry under ``allocations:``)."""
+
+    num_generations: int = 8  # completions per prompt: the search width
+    prompts_per_step: int = 4
+    num_iterations: int = 1  # updates per generation batch
+    max_completion_length: int = 48
+    lora_rank: int = 8
+    lora_alpha: float | None = None  # default 2 x rank
+    lora_targets: tuple[str, ...] = ALL_PROJECTIONS
+    learning_rate: float = 2e-3  # constant (nested rungs need a budget-free schedule)
+    beta: float = 0.0  # KL coefficient; > 0 adds a reference forward per generation step
+    temperature: float = 1.0
+
+    def __post_init__(self):
+        if self.num_generations < 2:
+            raise ValueError("num_generations must be >= 2 (GRPO needs a group to compare)")
+        for name in ("prompts_per_step", "num_iterations", "max_completion_length",
+                     "lora_rank"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+
+    @property
+    def rows(self) -> int:
+        return self.num_generations * self.prompts_per_step
+
+    @property
+    def lora(self) -> flops.LoraSpec:
+        return flops.LoraSpec(self.lora_rank, self.lora_targets)
+
+
+@dataclass
+class TrainJob:
+    """Everything one run needs; built from the study config by ``race train``."""
+
+    base: str  # base policy directory (ladder, after race pretrain) or hub id / path
+    train_data: str  # JSONL of prompt / answer records
+    run_dir: str
+    rungs: list[float]  # increasing budgets in model FLOPs; the last is the run's budget
+    alloc: Allocation = field(default_factory=Allocation)
+    reward: dict = field(default_factory=lambda: {"type": "rule"})
+    seed: int = 0
+    run_key: str = ""
+    study: str = "race"
+    mlflow: object | None = None  # a tracking.MlflowSpec, or None for files only
+    save_every: int = 10
+    attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = False
+    results_dir: str = "results"
+    tags: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.rungs:
+            raise ValueError("rungs: at least one budget is needed")
+        if any(b <= a for a, b in zip(self.rungs, self.rungs[1:], strict=False)):
+            raise ValueError(f"rungs must be strictly increasing, got {self.rungs}")
+        if self.rungs[0] <= 0:
+            raise ValueError("rungs must be positive")
+
+    @property
+    def budget(self) -> float:
+        return self.rungs[-1]
+
+    def params(self) -> dict:
+        out = {f"alloc.{k}": v for k, v in asdict(self.alloc).items()}
+        out.update({f"reward.{k}": v for k, v in self.reward.items()})
+        out.update(base=self.base, seed=self.seed, budget=self.budget, rungs=self.rungs,
+                   attn_implementation=self.attn_implementation,
+                   gradient_checkpointing=self.gradient_checkpointing)
+        return out
+
+
+# --------------------------------------------------------------------------- state on disk
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def ledger_summary(ledger: Ledger, budget: float, counters: dict) -> dict:
+    """The ``ledger.json`` of a rung: totals, per-phase split, learning share, what was bought."""
+    totals = ledger.totals()
+    total = ledger.model_total
+    step_totals: dict[int, int] = {}
+    for row in ledger.rows:
+        if row.phase in ("rollout", "learning", "reward"):
+            step_totals[row.step] = step_totals.get(row.step, 0) + row.model_flops
+    return {
+        "budget": budget,
+        "steps": len(ledger.steps),
+        "model_flops": total,
+        "executed_flops": ledger.executed_total,
+        "phases": {p: totals[p] for p in ("rollout", "learning", "reward")},
+        "max_step_model_flops": max(step_totals.values(), default=0),
+        "p_learning": totals["learning"]["model_flops"] / total if total else 0.0,
+        **counters,
+        "rows": json.loads(ledger.to_json())["rows"],
+    }
+
+
+# --------------------------------------------------------------------------- the trainer
+
+
+def _metered_trainer_class():
+    """GRPOTrainer with seams around its phases (imported lazily: TRL is slow to import)."""
+    from trl import GRPOTrainer
+
+    class MeteredGRPOTrainer(GRPOTrainer):
+        """Records, per step, the shapes TRL ran and the wall time of each phase."""
+
+        def _init_meter_state(self):
+            self.race_step = {"rollout_s": 0.0, "reward_s": 0.0, "shapes": None}
+            self.race_last_shapes: BatchShapes | None = None
+
+        def _generate(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return super()._generate(*args, **kwargs)
+            finally:
+                self.race_step["rollout_s"] += time.perf_counter() - t0
+
+        def _calculate_rewards(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return super()._calculate_rewards(*args, **kwargs)
+            finally:
+                self.race_step["reward_s"] += time.perf_counter() - t0
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            shapes = BatchShapes.from_masks(out["prompt_mask"], out["completion_mask"])
+            self.race_step["shapes"] = shapes
+            self.race_last_shapes = shapes
+            return out
+
+        def training_step(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            out = super().training_step(*args, **kwargs)
+            self.race_step["step_s"] = time.perf_counter() - t0
+            return out
+
+    return MeteredGRPOTrainer
+
+
+def _budget_callback_class():
+    from transformers import TrainerCallback
+
+    class BudgetCallback(TrainerCallback):
+        """Charges each step to the ledger, snapshots rungs, stops at the budget, logs."""
+
+        def __init__(self, run: MeteredRun):
+            self.run = run
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            self.run.end_of_step(state.global_step, model)
+            if self.run.finished:
+                control.should_training_stop = True
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.run.log_metrics(state.global_step, logs or {})
+
+        def on_save(self, args, state, control, **kwargs):
+            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            self.run.save_state(ckpt, state.global_step)
+
+    return BudgetCallback
+
+
+class MeteredRun:
+    """The bookkeeping of one run; the TRL trainer drives it through ``BudgetCallback``."""
+
+    def __init__(self, job: TrainJob, arch: flops.Arch, reward, max_prompt_len: int):
+        self.job = job
+        self.run_dir = Path(job.run_dir)
+        self.reward = reward
+        self.meter = StepMeter(arch, job.alloc.lora, beta=job.alloc.beta,
+                               num_iterations=job.alloc.num_iterations,
+                               grad_ckpt=job.gradient_checkpointing,
+                               attn_implementation=job.attn_implementation)
+        self.worst = BatchShapes.worst_case(job.alloc.rows, max_prompt_len,
+                                            job.alloc.max_completion_length)
+        self.reward_bound = reward.bound(job.alloc.rows, max_prompt_len,
+                                         job.alloc.max_completion_length)
+        self.ledger = Ledger()
+        self.counters = {"updates": 0, "rollouts": 0, "prompts_seen": 0}
+        self.metrics: list[dict] = []
+        self.rungs_done: list[float] = []
+        self.finished = False
+        self.trainer = None
+        self.logger = None
+
+    # ------------------------------------------------------------------ bounds
+    def first_step_bound(self) -> int:
+        return self.meter.step_bound(True, self.worst, None, self.reward_bound)
+
+    def next_step_bound(self, step: int) -> int:
+        next_is_generation = step % self.job.alloc.num_iterations == 0
+        return self.meter.step_bound(next_is_generation, self.worst,
+                                     self.trainer.race_last_shapes, self.reward_bound)
+
+    # ------------------------------------------------------------------ per step
+    def end_of_step(self, step: int, model) -> None:
+        t = self.trainer.race_step
+        shapes = t["shapes"]
+        generation_step = shapes is not None
+        batch = shapes if generation_step else self.trainer.race_last_shapes
+        learning = self.meter.learning(batch, generation_step)
+        learn_s = max(0.0, t.get("step_s", 0.0) - t["rollout_s"] - t["reward_s"])
+        if generation_step:
+            rollout = self.meter.rollout(shapes)
+            reward = self.reward.consume()
+            self.ledger.add(step, "rollout", rollout.model, rollout.executed, rollout.tokens,
+                            round(t["rollout_s"], 6))
+            self.ledger.add(step, "reward", reward.model, reward.executed, reward.tokens,
+                            round(t["reward_s"], 6))
+            self.counters["rollouts"] += shapes.rows
+            self.counters["prompts_seen"] += shapes.rows // self.job.alloc.num_generations
+        self.ledger.add(step, "learning", learning.model, learning.executed, learning.tokens,
+                        round(learn_s, 6))
+        self.counters["updates"] += 1
+        self.trainer.race_step = {"rollout_s": 0.0, "reward_s": 0.0, "shapes": None}
+
+        total = self.ledger.model_total
+        if total > self.job.budget:  # the bound makes this impossible; guard the invariant
+            raise RuntimeError(f"step {step} took the run past its budget ({total} > "
+                               f"{self.job.budget}); the step bound is wrong")
+        bound = self.next_step_bound(step)
+        for budget in self.job.rungs:
+            if budget not in self.rungs_done and total + bound > budget:
+                self.snapshot(budget, model, step)
+        if len(self.rungs_done) == len(self.job.rungs):
+            self.finished = True
+        self.ledger.save(self.run_dir / "ledger.json")
+
+    def snapshot(self, budget: float, model, step: int) -> None:
+        """Write the rung folder atomically: adapter, ledger summary, DONE marker."""
+        final = rung_dir(self.run_dir, budget)
+        tmp = Path(tempfile.mkdtemp(dir=self.run_dir, prefix=f".{final.name}."))
+        model.save_pretrained(tmp, safe_serialization=True)
+        summary = ledger_summary(self.ledger, budget, dict(self.counters, step=step))
+        _atomic_write(tmp / "ledger.json", json.dumps(summary, indent=1, sort_keys=True))
+        (tmp / DONE).write_text("")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        self.rungs_done.append(budget)
+
+    # ------------------------------------------------------------------ metrics
+    def log_metrics(self, step: int, logs: dict) -> None:
+        if step == 0 or "train_runtime" in logs or (self.metrics and
+                                                     self.metrics[-1]["step"] >= step):
+            return
+        totals = self.ledger.totals()
+        total = self.ledger.model_total
+        row = {"step": step}
+        for phase in ("rollout", "learning", "reward"):
+            row[f"flops_{phase}"] = totals[phase]["model_flops"]
+            row[f"exec_flops_{phase}"] = totals[phase]["executed_flops"]
+        row["flops_total"] = total
+        row["exec_flops_total"] = self.ledger.executed_total
+        row["p_learning"] = totals["learning"]["model_flops"] / total if total else 0.0
+        row.update({k: v for k, v in self.counters.items()})
+        for key, name in (("reward", "reward_mean"), ("reward_std", "reward_std"),
+                          ("kl", "kl"), ("completions/mean_length", "completion_length"),
+                          ("loss", "loss"), ("entropy", "entropy")):
+            if key in logs:
+                row[name] = float(logs[key])
+        self.metrics.append(row)
+        with (self.run_dir / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+        if self.logger is not None:
+            self.logger.log_step(step, {k: v for k, v in row.items() if k != "step"})
+
+    # ------------------------------------------------------------------ resume
+    def save_state(self, ckpt: Path, step: int) -> None:
+        state = {"step": step, "ledger": json.loads(self.ledger.to_json()),
+                 "counters": self.counters, "rungs_done": self.rungs_done,
+                 "metrics": self.metrics}
+        _atomic_write(ckpt / "race_state.json", json.dumps(state))
+
+    def restore(self, ckpt: Path) -> None:
+        state = json.loads((ckpt / "race_state.json").read_text())
+        self.ledger = Ledger.from_json(json.dumps(state["ledger"]))
+        self.counters = state["counters"]
+        self.rungs_done = state["rungs_done"]
+        self.metrics = state["metrics"]
+        # Steps after the checkpoint are replayed: drop what the killed run wrote for them.
+        _atomic_write(self.run_dir / "metrics.jsonl",
+                      "".join(json.dumps(m, sort_keys=True) + "\n" for m in self.metrics))
+        self.ledger.save(self.run_dir / "ledger.json")
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    ckpts = [p for p in (run_dir / "checkpoints").glob("checkpoint-*")
+             if (p / "race_state.json").exists() and (p / "trainer_state.json").exists()]
+    return max(ckpts, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _dataset(path: str, tokenizer):
+    from datasets import Dataset
+
+    from race.task import load_jsonl
+
+    records = load_jsonl(path)
+    max_prompt = max(len(tokenizer(r.prompt, add_special_tokens=False)["input_ids"])
+                     for r in records)
+    return Dataset.from_dict({"prompt": [r.prompt for r in records],
+                              "answer": [r.answer for r in records]}), max_prompt
+
+
+def grpo_config(job: TrainJob, max_steps: int):
+    """The TRL config: one generation batch per optimizer step, constant LR, CPU friendly."""
+    from trl import GRPOConfig
+
+    a = job.alloc
+    save_every = max(a.num_iterations, job.save_every // a.num_iterations * a.num_iterations)
+    return GRPOConfig(
+        output_dir=str(Path(job.run_dir) / "checkpoints"),
+        per_device_train_batch_size=a.rows,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=a.num_generations,
+        num_iterations=a.num_iterations,
+        max_completion_length=a.max_completion_length,
+        temperature=a.temperature,
+        top_k=0,
+        top_p=1.0,
+        beta=a.beta,
+        learning_rate=a.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=max_steps,
+        seed=job.seed,
+        data_seed=job.seed,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=job.gradient_checkpointing,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=save_every,
+        save_total_limit=1,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        log_completions=False,
+        remove_unused_columns=False,
+        shuffle_dataset=True,
+    )
+
+
+def run_training(job: TrainJob) -> dict:
+    """Train until the budget; returns the summary of the largest rung. Idempotent."""
+    import torch
+    from peft import LoraConfig
+
+    from race.char_tokenizer import load_tokenizer
+    from race.ladder import load_policy
+    from race.rewards import build_reward
+
+    run_dir = Path(job.run_dir)
+    if (run_dir / DONE).exists() and all(
+            (rung_dir(run_dir, b) / DONE).exists() for b in job.rungs):
+        return json.loads((rung_dir(run_dir, job.budget) / "ledger.json").read_text())
+    if (run_dir / DONE).exists():
+        # A rung's output was deleted after the run finished: retrain from scratch (the run
+        # is deterministic, so the other rungs are rewritten identically).
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        (run_dir / DONE).unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    torch.manual_seed(job.seed)
+    tokenizer = load_tokenizer(job.base)
+    dataset, max_prompt = _dataset(job.train_data, tokenizer)
+    policy = load_policy(job.base, attn_implementation=job.attn_implementation,
+                         dtype=torch.float32)
+    arch = flops.Arch.from_config(policy.config)
+    reward = build_reward(job.reward, tokenizer=tokenizer, results_dir=job.results_dir)
+    run = MeteredRun(job, arch, reward, max_prompt)
+
+    first = run.first_step_bound()
+    if first > job.rungs[0]:
+        raise BudgetError(
+            f"budget rung {format_budget(job.rungs[0])} FLOPs is smaller than one training "
+            f"step of this cell (up to {first:.3e} model FLOPs with {job.alloc.rows} "
+            f"completions of up to {job.alloc.max_completion_length} tokens): raise the rung "
+            f"or shrink the allocation")
+
+    resume = latest_checkpoint(run_dir)
+    if resume is not None:
+        run.restore(resume)
+    elif (run_dir / "metrics.jsonl").exists():
+        (run_dir / "metrics.jsonl").unlink()  # a run killed before its first checkpoint
+
+    if job.mlflow is not None and getattr(job.mlflow, "enabled", False):
+        from race.tracking import RunLogger
+
+        run.logger = RunLogger(job.mlflow, run_dir, job.run_key or str(run_dir), job.study,
+                               job.params(), tags=job.tags)
+
+    # max_steps only sizes the data loader: the budget callback stops the run.
+    max_steps = int(job.budget // max(1, run.meter.learning(
+        BatchShapes.worst_case(job.alloc.rows, 1, 1), False).model)) + 1
+    lora = LoraConfig(r=job.alloc.lora_rank,
+                      lora_alpha=job.alloc.lora_alpha or 2 * job.alloc.lora_rank,
+                      target_modules=list(job.alloc.lora_targets), lora_dropout=0.0,
+                      bias="none", task_type="CAUSAL_LM")
+    trainer_cls = _metered_trainer_class()
+    trainer = trainer_cls(model=policy, reward_funcs=[reward], args=grpo_config(job, max_steps),
+                          train_dataset=dataset, processing_class=tokenizer, peft_config=lora,
+                          callbacks=[_budget_callback_class()(run)])
+    trainer._init_meter_state()
+    run.trainer = trainer
+    status = "FAILED"
+    try:
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        if not run.finished:
+            raise RuntimeError("training stopped before the budget was reached "
+                               f"(steps {len(run.ledger.steps)}, max_steps {max_steps})")
+        status = "FINISHED"
+    finally:
+        if run.logger is not None:
+            run.logger.finish(status)
+    summary = ledger_summary(run.ledger, job.budget, dict(run.counters))
+    (run_dir / DONE).write_text("")
+    summary.pop("rows")
+    _atomic_write(run_dir / "train.json", json.dumps(summary, indent=1, sort_keys=True))
+    return summary
