@@ -1,0 +1,1 @@
+"""RACE: where should a fixed RL post-training FLOP budget go? (see DESIGN.md)."""

@@ -1,0 +1,393 @@
+"""Reports layer: frontier and regime tables, RACE protocol, sigmoid fits, figures, CLI.
+
+Every table is synthetic with a known answer (tests/synthetic_runs.py, fixed seeds). Figures are
+checked on the matplotlib Figure (panel count and titles) before anything is saved, and the
+written files once, through ``race report``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from synthetic_runs import make_runs, make_study, wilson  # noqa: E402
+
+from race import figures  # noqa: E402
+from race.fit import INSUFFICIENT, fit_sigmoid, fit_table, sigmoid  # noqa: E402
+from race.frontier import (  # noqa: E402
+    Z95,
+    frontier_table,
+    missing_cells,
+    normalise_runs,
+    regime_table,
+    seed_summary,
+)
+from race.race_protocol import agreement, rank_pilot, select  # noqa: E402
+from race.report import analyse, nested_savings  # noqa: E402
+
+T = "in_pass1"
+
+
+def table(values: dict[tuple[str, str, float], float], *, stage: str = "full",
+          seeds: tuple[int, ...] = (0,), reward: str = "rule",
+          targets: tuple[str, ...] = (T,)) -> pd.DataFrame:
+    """Rows whose accuracy is looked up in ``values[(size, alloc, budget)]`` (or with the seed
+    as a fourth key element when present)."""
+    sizes = sorted({k[0] for k in values}, key=["nano", "micro", "mini"].index)
+    allocs = sorted({k[1] for k in values})
+    budgets = sorted({k[2] for k in values})
+    configs = sorted({(k[0], reward, k[1]) for k in values})
+
+    def acc(size, _reward, alloc, seed, budget, _target):
+        return values.get((size, alloc, budget, seed), values.get((size, alloc, budget)))
+
+    df = make_runs(sizes=sizes, rewards=(reward,), allocs=allocs, targets=targets, stage=stage,
+                   budgets=budgets, seeds=seeds, configs=configs, acc=acc)
+    return normalise_runs(df)
+
+
+# ----------------------------------------------------------------------------------------------
+# Frontier and regime
+
+
+KNOWN = {
+    ("nano", "base", 1e11): 0.30, ("nano", "base", 4e11): 0.40,
+    ("nano", "search", 1e11): 0.35, ("nano", "search", 4e11): 0.45,
+    ("micro", "base", 1e11): 0.20, ("micro", "base", 4e11): 0.60,
+    ("micro", "search", 1e11): 0.25, ("micro", "search", 4e11): 0.50,
+}
+
+
+def test_frontier_known_winner():
+    f = frontier_table(table(KNOWN)).set_index("budget")
+    assert f.loc[1e11, "best"] == "nano/search"
+    assert f.loc[1e11, "runner_up"] == "nano/base"
+    assert f.loc[1e11, "gap"] == pytest.approx(0.05)
+    assert f.loc[4e11, "best"] == "micro/base"
+    assert (f.loc[4e11, "best_size"], f.loc[4e11, "best_alloc"]) == ("micro", "base")
+    assert f.loc[4e11, "gap"] == pytest.approx(0.10)
+    assert not f["tie"].any()
+    assert (f["n_candidates"] == 4).all() and (f["n_seeds"] == 1).all()
+    # One seed: the row's own interval, and the gap's z uses both standard errors.
+    lo, hi = wilson(0.60 * 400, 400)
+    assert (f.loc[4e11, "acc_lo"], f.loc[4e11, "acc_hi"]) == pytest.approx((lo, hi))
+    assert f.loc[4e11, "gap_z"] > 2 and not f.loc[4e11, "overlap"]
+
+
+def test_regime_known_winner():
+    r = regime_table(table(KNOWN)).set_index(["budget", "size"])["best_alloc"]
+    assert r.to_dict() == {(1e11, "nano"): "search", (1e11, "micro"): "search",
+                           (4e11, "nano"): "search", (4e11, "micro"): "base"}
+
+
+def test_seed_interval_combines_spread_and_binomial():
+    vals = {("nano", "base", 1e11, s): a for s, a in enumerate([0.40, 0.45, 0.50])}
+    vals[("nano", "base", 1e11)] = 0.0
+    s = seed_summary(table(vals, seeds=(0, 1, 2)), T, ["size", "alloc", "budget"]).iloc[0]
+    se_b = [(wilson(a * 400, 400)[1] - wilson(a * 400, 400)[0]) / (2 * Z95)
+            for a in (0.40, 0.45, 0.50)]
+    se = math.sqrt(max(np.var([0.40, 0.45, 0.50], ddof=1) / 3, sum(x * x for x in se_b) / 9))
+    assert s["n_seeds"] == 3 and s["acc"] == pytest.approx(0.45)
+    assert s["se"] == pytest.approx(se)
+    assert (s["acc_lo"], s["acc_hi"]) == pytest.approx((0.45 - Z95 * se, 0.45 + Z95 * se))
+
+
+def test_ties_are_reported_not_broken():
+    vals = dict(KNOWN)
+    vals[("nano", "base", 1e11)] = 0.35  # equal to nano/search
+    df = table(vals)
+    f = frontier_table(df).set_index("budget")
+    assert f.loc[1e11, "best"] == "nano/base|nano/search"
+    assert f.loc[1e11, "tie"] and f.loc[1e11, "n_tied"] == 2
+    assert f.loc[1e11, "runner_up"] == "micro/search"
+    r = regime_table(df).set_index(["budget", "size"])
+    assert r.loc[(1e11, "nano"), "best_alloc"] == "base|search"
+    assert r.loc[(1e11, "nano"), "tie"] and not r.loc[(1e11, "micro"), "tie"]
+
+
+def test_missing_cells_are_reported():
+    df = table(KNOWN)
+    absent = (df["size"] == "micro") & (df["alloc"] == "base") & (df["budget"] == 4e11)
+    df = df[~absent].copy()
+    df.loc[(df["size"] == "nano") & (df["alloc"] == "search") & (df["budget"] == 1e11),
+           f"acc_{T}"] = np.nan
+    m = missing_cells(df)
+    assert m[["size", "alloc", "budget", "target", "reason"]].values.tolist() == [
+        ["micro", "base", 4e11, "all", "no row"],
+        ["nano", "search", 1e11, T, f"NaN acc_{T}"],
+    ]
+    # The rest still ranks: without micro/base at 4e11 the winner is micro/search.
+    f = frontier_table(df).set_index("budget")
+    assert f.loc[4e11, "best"] == "micro/search" and f.loc[4e11, "n_candidates"] == 3
+    assert f.loc[1e11, "best"] == "nano/base" and f.loc[1e11, "n_candidates"] == 3
+
+
+# ----------------------------------------------------------------------------------------------
+# RACE protocol
+
+
+PILOT = {("nano", "a", 1e11): 0.30, ("nano", "a", 2e11): 0.50,
+         ("nano", "b", 1e11): 0.30, ("nano", "b", 2e11): 0.40,
+         ("nano", "c", 1e11): 0.20, ("nano", "c", 2e11): 0.30}
+VALIDATION = {("nano", "a", 1e12): 0.55, ("nano", "b", 1e12): 0.60, ("nano", "c", 1e12): 0.35}
+FULL = {**VALIDATION, ("nano", "d", 1e12): 0.70}
+
+
+def test_rank_pilot_and_tie_break():
+    r = rank_pilot(table(PILOT, stage="pilot"))
+    assert r["alloc"].tolist() == ["a", "b", "c"] and r["rank"].tolist() == [1, 2, 3]
+    assert r["acc_top"].tolist() == [0.5, 0.4, 0.3] and (r["top_budget"] == 2e11).all()
+    vals = dict(PILOT)
+    vals[("nano", "c", 2e11)] = 0.40  # ties b at the top rung ...
+    vals[("nano", "c", 1e11)] = 0.35  # ... and has the higher mean over rungs
+    r = rank_pilot(table(vals, stage="pilot"))
+    assert r["alloc"].tolist() == ["a", "c", "b"]
+    vals[("nano", "c", 1e11)] = 0.30  # tied on both: by name
+    r = rank_pilot(table(vals, stage="pilot"))
+    assert r["alloc"].tolist() == ["a", "b", "c"]
+
+
+def test_select_union_plus_baseline():
+    pilot = table({("nano", "a", 1e11): 0.5, ("nano", "b", 1e11): 0.2,
+                   ("micro", "a", 1e11): 0.3, ("micro", "b", 1e11): 0.4}, stage="pilot",
+                  targets=(T, "ood_pass1"))
+    pilot.loc[(pilot["size"] == "micro") & (pilot["alloc"] == "b"), "acc_ood_pass1"] = 0.9
+    # Top-1 is nano/a on in_pass1 and micro/b on ood_pass1; the baseline "a" at both sizes.
+    sel = select(pilot, top_k=1, baseline_alloc="a", targets=[T, "ood_pass1"])
+    assert sel == [{"size": "micro", "reward": "rule", "alloc": "a"},
+                   {"size": "micro", "reward": "rule", "alloc": "b"},
+                   {"size": "nano", "reward": "rule", "alloc": "a"}]
+    assert select(pilot, 1, "a", [T]) == [{"size": "micro", "reward": "rule", "alloc": "a"},
+                                           {"size": "nano", "reward": "rule", "alloc": "a"}]
+    assert len(select(pilot, 4, "a", [T])) == 4
+    with pytest.raises(ValueError, match="baseline"):
+        select(pilot, 1, "nope")
+
+
+def test_agreement_hand_made():
+    pilot = table(PILOT, stage="pilot")
+    val = table(VALIDATION, stage="validation", seeds=(0, 1))
+    full = table(FULL, stage="full", seeds=(0, 1))
+    ag = agreement(pilot, val, full)
+    row = ag.table.iloc[0]
+    # pilot a > b > c, validation b > a > c: d^2 = 1 + 1 + 0 -> rho = 1 - 6*2/(3*8) = 0.5
+    assert row["n_common"] == 3 and row["spearman_rho"] == pytest.approx(0.5)
+    assert row["pilot_pick"] == "nano/a" and row["validation_best"] == "nano/b"
+    assert not row["top1_agree"]
+    assert row["regret_points"] == pytest.approx(5.0)
+    assert row["full_best"] == "nano/d"
+    assert row["regret_full_points"] == pytest.approx(10.0)  # RACE's choice b vs d
+    assert row["regret_full_pilot_points"] == pytest.approx(15.0)  # the pilot's pick a vs d
+    ranks = ag.ranks.set_index("alloc")
+    assert ranks["validation_rank"].to_dict() == {"a": 2.0, "b": 1.0, "c": 3.0}
+    # Cost: 3 pilot cells x 2e11 vs 4 configs x 2 seeds x 1e12 (measured full grid).
+    assert ag.cost.pilot_flops == pytest.approx(6e11)
+    assert ag.cost.full_grid_flops == pytest.approx(8e12) and not ag.cost.full_grid_estimated
+    assert ag.cost.pilot_share == pytest.approx(0.075)
+    # Without the full grid: estimated as 3 configs x 2 seeds x 1e12.
+    est = agreement(pilot, val).cost
+    assert est.full_grid_estimated and est.full_grid_flops == pytest.approx(6e12)
+    assert math.isnan(agreement(pilot, val).table["regret_full_points"].iloc[0])
+
+
+def test_agreement_perfect_pilot():
+    pilot = table(PILOT, stage="pilot")
+    val = table({("nano", "a", 1e12): 0.7, ("nano", "b", 1e12): 0.6}, stage="validation",
+                seeds=(0, 1, 2))
+    row = agreement(pilot, val).table.iloc[0]
+    assert row["spearman_rho"] == pytest.approx(1.0) and row["top1_agree"]
+    assert row["regret_points"] == pytest.approx(0.0) and row["n_common"] == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# Fits
+
+
+def test_sigmoid_fit_recovers_known_parameters():
+    rng = np.random.default_rng(0)
+    c = np.geomspace(1e10, 1e14, 10)
+    y = sigmoid(c, 0.8, 1.5, 1e12, 0.1) + rng.normal(0, 0.01, c.size)
+    for r0 in (0.1, None):
+        f = fit_sigmoid(c, y, r0)
+        assert f.status == "ok" and f.r0_fixed == (r0 is not None)
+        assert f.A == pytest.approx(0.8, abs=0.03)
+        assert f.B == pytest.approx(1.5, rel=0.25)
+        assert math.log10(f.C_mid) == pytest.approx(12.0, abs=0.15)
+        assert f.R0 == pytest.approx(0.1, abs=0.03)
+        assert f.rmse < 0.02
+
+
+def test_fit_table_base_rows_holdout_and_insufficient_rungs():
+    budgets = [1e11, 2e11, 4e11, 8e11, 1.6e12, 3.2e12]
+    vals = {("nano", "base", b): round(float(sigmoid(b, 0.7, 1.2, 5e11, 0.1)) * 400) / 400
+            for b in budgets}
+    df = table(vals)
+    base = df[df["budget"] == 1e11].assign(budget=0.0, flops_total=0.0, **{f"acc_{T}": 0.1})
+    fits = fit_table(pd.concat([df, base])).iloc[0]
+    assert fits["status"] == "ok" and fits["r0_fixed"] and fits["R0"] == 0.1
+    assert fits["A"] == pytest.approx(0.7, abs=0.03) and fits["n_rungs"] == 6
+    assert fits["holdout_status"] == "ok" and abs(fits["holdout_error_points"]) < 3
+    assert fits["holdout_budget"] == 3.2e12
+    # Three rungs, R0 free: four parameters -> no fit at all.
+    few = fit_table(df[df["budget"] <= 4e11]).iloc[0]
+    assert few["status"] == INSUFFICIENT and math.isnan(few["A"])
+    assert few["holdout_status"] == INSUFFICIENT and math.isnan(few["holdout_pred"])
+    # Three rungs with R0 fixed: a fit, but no rung left to hold out.
+    few = fit_table(pd.concat([df[df["budget"] <= 4e11], base])).iloc[0]
+    assert few["status"] == "ok" and few["holdout_status"] == INSUFFICIENT
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures, report, CLI
+
+
+@pytest.fixture(scope="module")
+def study() -> pd.DataFrame:
+    return normalise_runs(make_study())
+
+
+@pytest.fixture(scope="module")
+def gappy(study) -> pd.DataFrame:
+    """The study with one full-grid row removed (a known missing cell)."""
+    gone = ((study["stage"] == "full") & (study["size"] == "micro") & (study["reward"] == "rule")
+            & (study["alloc"] == "search") & (study["seed"] == 2) & (study["budget"] == 8e11))
+    return study[~gone].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def report(gappy):
+    return analyse(gappy, study="synthetic")
+
+
+def _titled(fig) -> list[str]:
+    return [ax.get_title() for ax in fig.axes if ax.get_title()]
+
+
+@pytest.mark.parametrize("name,shape", [
+    ("frontier", ("rewards", "targets")),
+    ("compute_breakdown", ("sizes", "rewards")),
+    ("same_flop", ("rewards", 2)),
+    ("regime_map", ("rewards", "targets")),
+    ("race_agreement", ("rewards", "targets")),
+    ("fits", ("rewards", "targets")),
+])
+def test_figure_panels(report, name, shape):
+    data = report.figure_data()
+    counts = {"rewards": len(data.rewards), "targets": len(data.targets),
+              "sizes": len(data.sizes)}
+    rows, cols = (counts[s] if isinstance(s, str) else s for s in shape)
+    fig = figures.PLOTTERS[name](data)
+    titles = _titled(fig)
+    assert len(titles) == rows * cols, titles
+    assert "?" in fig.get_suptitle()  # the title states the question
+    for ax in fig.axes:
+        assert ax.get_xlabel() and ax.get_ylabel()
+    if name in ("frontier", "fits"):
+        assert all(ax.get_xscale() == "log" for ax in fig.axes)
+        assert "prm reward · eval-in pass@1" in titles
+    if name == "same_flop":
+        assert all(ax.get_yscale() == "log" for ax in fig.axes)
+
+
+def test_figure_not_run_without_validation(study, tmp_path):
+    rep = analyse(study[study["stage"] == "pilot"], study="pilot only")
+    assert rep.agreement is None and rep.not_run == ["race_agreement"]
+    fig = figures.plot_race_agreement(rep.figure_data())
+    assert len(fig.axes) == 1
+    assert any("not run" in t.get_text() for t in fig.axes[0].texts)
+    paths = figures.race_agreement(rep.figure_data(), tmp_path)
+    assert [p.name for p in paths] == ["race_agreement.png", "race_agreement.svg"]
+    assert all(p.stat().st_size > 0 for p in paths)
+
+
+def test_nested_savings(report):
+    sv = nested_savings(report.runs)
+    # Every synthetic run uses exactly its budget: pilot cells pass 1e11, 2e11, 4e11 (sum 7e11,
+    # largest 4e11); validation and full cells pass 8e11 and 1.6e12 (sum 2.4e12, largest 1.6e12),
+    # but one full-grid cell lacks its 8e11 row.
+    assert sv.n_cells == 12 + 24 + 36 and sv.n_rungs == len(report.runs)
+    assert sv.separate_flops == pytest.approx(12 * 7e11 + 60 * 2.4e12 - 8e11, rel=1e-9)
+    assert sv.saved_flops == pytest.approx(12 * 3e11 + 60 * 8e11 - 8e11, rel=1e-9)
+    assert sv.nested_flops == pytest.approx(12 * 4e11 + 60 * 1.6e12, rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def cli_report(gappy, tmp_path_factory):
+    from race.cli import main
+
+    tmp = tmp_path_factory.mktemp("cli")
+    gappy.to_csv(tmp / "runs.csv", index=False)
+    (tmp / "config.yaml").write_text(
+        "study: cli-study\neval:\n  targets: [in_pass1, ood_pass1, maj_k]\n")
+    assert main(["report", str(tmp / "runs.csv"), "--out", str(tmp / "reports"),
+                 "--config", str(tmp / "config.yaml")]) == 0
+    return tmp
+
+
+def test_cli_report_writes_everything(cli_report):
+    out = cli_report / "reports"
+    for name in ["runs", "frontier", "regime", "missing", "fits", "pilot_rankings",
+                 "agreement", "agreement_ranks", "race_cost"]:
+        assert (out / f"{name}.csv").is_file(), name
+    for name in figures.FIGURE_NAMES:
+        png = out / "figures" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+        assert (out / "figures" / f"{name}.svg").stat().st_size > 0
+    md = (out / "report.md").read_text()
+    assert md.startswith("# RACE report: cli-study")
+    for section in ["## FLOP conventions", "## Frontier", "## Regime", "## RACE",
+                    "## Compute–performance fits", "## Nested budget rungs", "## Missing cells",
+                    "## Caveats", "](figures/frontier.png)", "Median width"]:
+        assert section in md, section
+    assert str(cli_report) not in md  # relative links only
+    missing = pd.read_csv(out / "missing.csv")
+    assert missing[["stage", "size", "alloc", "seed", "reason"]].values.tolist() == [
+        ["full", "micro", "search", 2, "no row"]]
+    assert "1 missing" in md
+    assert "not evaluated (no values in the table): maj@k" in md
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == len(pd.read_csv(cli_report / "runs.csv"))
+
+
+def test_write_reports_is_deterministic(cli_report, report, tmp_path):
+    """The same table, analysed in memory, writes byte-identical files (no time, fixed order)."""
+    from race.report import write_tables
+
+    out = cli_report / "reports"
+    rep = report
+    for path in write_tables(rep, tmp_path):
+        assert path.read_bytes() == (out / path.name).read_bytes(), path.name
+    again = figures.save(figures.plot_regime_map(rep.figure_data()), tmp_path, "regime_map")
+    assert again[1].read_bytes() == (out / "figures" / "regime_map.svg").read_bytes()
+
+
+def test_cli_select(study, tmp_path):
+    from race.cli import main
+
+    study.to_csv(tmp_path / "runs.csv", index=False)
+    out = tmp_path / "selected.json"
+    assert main(["select", str(tmp_path / "runs.csv"), "--top-k", "1", "--baseline", "base",
+                 "--targets", T, "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    pilot = study[study["stage"] == "pilot"]
+    assert doc["selected"] == select(pilot, 1, "base", [T])
+    assert {"size": "nano", "reward": "rule", "alloc": "base"} in doc["selected"]
+    ranks = doc["rankings"]["rule"][T]
+    assert [r["rank"] for r in ranks] == list(range(1, 7))
+    assert {"size": ranks[0]["size"], "reward": "rule", "alloc": ranks[0]["alloc"]} \
+        in doc["selected"]
+    with pytest.raises(SystemExit):
+        main(["select", str(tmp_path / "runs.csv"), "--top-k", "1", "--baseline", "nope",
+              "--out", str(out)])
