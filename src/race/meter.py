@@ -10,9 +10,12 @@ rollout   a generation step only: ``model.generate`` of every completion by the 
           (unmerged) adapters -- one prefill over the prompt, logits at the last position, then
           one cached decode per further token. Reuse steps (``num_iterations > 1``) generate
           nothing and charge no rollout.
-learning  every step: policy forward + backward over prompt + completion with logits only at
-          the completion positions (TRL's fused LM head scores positions whose next label is a
-          real completion token); gradient-checkpoint recompute when it is on. A generation
+learning  every step: policy forward + backward over prompt + completion; gradient-checkpoint
+          recompute when it is on. The LM head runs where TRL's fused head runs it: with Triton
+          (GPUs) only at the positions whose next label is a real completion token; elsewhere
+          (CPU) at every position but the last of each row, padding included (measured: TRL
+          1.16 scores all positions off Triton and masks afterwards). Model FLOPs count the
+          head at real positions only, executed FLOPs at every position it ran. A generation
           step also charges the reference forward when ``beta > 0`` (adapter disabled: no LoRA
           cost, no backward) and the old-policy log-prob forward when ``num_iterations > 1``
           (with adapters, no backward).
@@ -72,12 +75,14 @@ class StepMeter:
     """Charges the rollout and learning phases of a GRPO step for one policy."""
 
     def __init__(self, arch: Arch, lora: LoraSpec | None, *, beta: float, num_iterations: int,
-                 grad_ckpt: bool = False, attn_implementation: str = "sdpa"):
+                 grad_ckpt: bool = False, attn_implementation: str = "sdpa",
+                 head_all_positions: bool = True):
         self.arch = arch
         self.lora = lora
         self.beta = beta
         self.num_iterations = num_iterations
         self.grad_ckpt = grad_ckpt
+        self.head_all_positions = head_all_positions
         # Executed attention: eager and masked SDPA both compute the full block.
         self.executed_attention = "full" if attn_implementation == "eager" else "sdpa"
 
@@ -92,25 +97,33 @@ class StepMeter:
         return PhaseFlops(model, executed, sum(b.completion_lens))
 
     # ------------------------------------------------------------------ learning
+    def _logits(self, p: int, g: int, width: int | None = None) -> int:
+        """LM-head positions of one row: real (``width`` None) or as executed."""
+        if not self.head_all_positions:
+            return g
+        return (width if width is not None else p + g) - 1
+
     def _forward_pair(self, b: BatchShapes, lora: LoraSpec | None) -> tuple[int, int]:
         """A no-grad log-prob forward (reference or old policy) over the batch."""
         width = b.padded_prompt_len + b.completion_width
-        model = sum(flops.forward_flops(self.arch, p + g, logits=g, lora=lora)
-                    for p, g in zip(b.prompt_lens, b.completion_lens, strict=True))
-        executed = sum(flops.forward_flops(self.arch, width, logits=g, lora=lora,
-                                           attention=self.executed_attention)
-                       for g in b.completion_lens)
+        rows = list(zip(b.prompt_lens, b.completion_lens, strict=True))
+        model = sum(flops.forward_flops(self.arch, p + g, logits=self._logits(p, g), lora=lora)
+                    for p, g in rows)
+        executed = sum(flops.forward_flops(self.arch, width, logits=self._logits(p, g, width),
+                                           lora=lora, attention=self.executed_attention)
+                       for p, g in rows)
         return model, executed
 
     def learning(self, b: BatchShapes, generation_step: bool) -> PhaseFlops:
         width = b.padded_prompt_len + b.completion_width
-        model = sum(flops.train_flops(self.arch, p + g, logits=g, lora=self.lora,
-                                      grad_ckpt=self.grad_ckpt)
-                    for p, g in zip(b.prompt_lens, b.completion_lens, strict=True))
-        executed = sum(flops.train_flops(self.arch, width, logits=g, lora=self.lora,
-                                         grad_ckpt=self.grad_ckpt,
+        rows = list(zip(b.prompt_lens, b.completion_lens, strict=True))
+        model = sum(flops.train_flops(self.arch, p + g, logits=self._logits(p, g),
+                                      lora=self.lora, grad_ckpt=self.grad_ckpt)
+                    for p, g in rows)
+        executed = sum(flops.train_flops(self.arch, width, logits=self._logits(p, g, width),
+                                         lora=self.lora, grad_ckpt=self.grad_ckpt,
                                          attention=self.executed_attention)
-                       for g in b.completion_lens)
+                       for p, g in rows)
         tokens = sum(b.prompt_lens) + sum(b.completion_lens)
         if generation_step:
             extra = []

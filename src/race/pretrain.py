@@ -27,7 +27,7 @@ from race.task import load_jsonl, verify
 class PretrainSpec:
     """Config keys under ``pretrain:`` (the same for every size)."""
 
-    token_budget: int = 600_000
+    token_budget: int = 1_000_000
     batch_size: int = 64
     learning_rate: float = 3e-3
     warmup_frac: float = 0.05

@@ -53,8 +53,8 @@ class TaskSpec:
     """Shape of the arithmetic task; every field is a config key under ``task:``."""
 
     seed: int = 0
-    max_operand: int = 30
-    max_value: int = 99
+    max_operand: int = 14
+    max_value: int = 39
     min_steps: int = 1
     max_steps: int = 3
     ood_min_steps: int = 4

@@ -43,6 +43,7 @@ from pathlib import Path
 from race import flops
 from race.ledger import Ledger
 from race.meter import BatchShapes, StepMeter
+from race.study import format_budget
 
 DONE = "DONE"
 ALL_PROJECTIONS = flops.ALL_PROJECTIONS
@@ -50,13 +51,6 @@ ALL_PROJECTIONS = flops.ALL_PROJECTIONS
 
 class BudgetError(ValueError):
     """A budget (or rung) is smaller than one training step."""
-
-
-def format_budget(budget: float) -> str:
-    """Compact, exact-enough name for a rung: 3e10, 1.5e11 (parsed back with float())."""
-    mantissa, exponent = f"{float(budget):.6e}".split("e")
-    mantissa = mantissa.rstrip("0").rstrip(".")
-    return f"{mantissa}e{int(exponent)}"
 
 
 def rung_dir(run_dir: str | Path, budget: float) -> Path:
@@ -238,6 +232,19 @@ def _budget_callback_class():
     return BudgetCallback
 
 
+def fused_head_is_compact() -> bool:
+    """Whether TRL's fused LM head scores only the labelled positions (Triton devices) rather
+    than every position (elsewhere, e.g. CPU)."""
+    import torch
+
+    try:
+        from trl.trainer.utils import _use_triton
+    except ImportError:  # a TRL without the fused head: logits at completion positions only
+        return True
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return bool(_use_triton(device))
+
+
 class MeteredRun:
     """The bookkeeping of one run; the TRL trainer drives it through ``BudgetCallback``."""
 
@@ -248,7 +255,8 @@ class MeteredRun:
         self.meter = StepMeter(arch, job.alloc.lora, beta=job.alloc.beta,
                                num_iterations=job.alloc.num_iterations,
                                grad_ckpt=job.gradient_checkpointing,
-                               attn_implementation=job.attn_implementation)
+                               attn_implementation=job.attn_implementation,
+                               head_all_positions=not fused_head_is_compact())
         self.worst = BatchShapes.worst_case(job.alloc.rows, max_prompt_len,
                                             job.alloc.max_completion_length)
         self.reward_bound = reward.bound(job.alloc.rows, max_prompt_len,
@@ -484,6 +492,9 @@ def run_training(job: TrainJob) -> dict:
                           train_dataset=dataset, processing_class=tokenizer, peft_config=lora,
                           callbacks=[_budget_callback_class()(run)])
     trainer._init_meter_state()
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # per-step dicts on stdout: metrics.jsonl has them
     run.trainer = trainer
     status = "FAILED"
     try:
@@ -500,3 +511,23 @@ def run_training(job: TrainJob) -> dict:
     summary.pop("rows")
     _atomic_write(run_dir / "train.json", json.dumps(summary, indent=1, sort_keys=True))
     return summary
+
+
+# --------------------------------------------------------------------------- serialisation
+
+
+def job_to_json(job: TrainJob) -> str:
+    """The job as JSON (what the Snakemake rule passes to ``race train --job``)."""
+    payload = asdict(job)
+    payload["alloc"]["lora_targets"] = list(job.alloc.lora_targets)
+    return json.dumps(payload, sort_keys=True)
+
+
+def job_from_json(text: str) -> TrainJob:
+    from race.tracking import MlflowSpec
+
+    payload = json.loads(text)
+    payload["alloc"] = Allocation(**payload["alloc"])
+    if payload.get("mlflow") is not None:
+        payload["mlflow"] = MlflowSpec(**payload["mlflow"])
+    return TrainJob(**payload)

@@ -1,0 +1,28 @@
+# RACE: where should a fixed RL post-training FLOP budget go?
+# Thin entry point: config, validation, the stage files, and the final target.
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+validate(config, "workflow/schemas/config.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/base.smk"
+include: "workflow/rules/prm.smk"
+include: "workflow/rules/mlflow.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        final_targets(),
+    default_target: True

@@ -1,0 +1,157 @@
+"""``race aggregate``: the runs tables, from the run folders (the source of truth).
+
+``results/runs.csv`` has one row per cell x budget rung (columns: :mod:`race.runs_columns`;
+``stage`` is ``full`` for a grid cell and ``validation`` for a validation-only seed), plus the
+flags ``in_pilot`` (the pilot's seed at a pilot rung) and ``in_validation`` (a selected config,
+a validation seed, at the validation budget). Base policies appear as budget-0 rows
+(``stage`` ``base``, no FLOPs spent): the starting point of every curve.
+
+``results/stages.csv`` is what the reports read: the same rows repeated once per RACE stage they
+belong to (``pilot``, ``validation``, ``full``), so the pilot ranking, the validation and the
+full grid each see their own rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from race import runs_columns as C
+from race import study as S
+
+
+def _read(path: Path) -> dict:
+    if not path.exists():
+        raise FileNotFoundError(f"missing run output: {path}")
+    return json.loads(path.read_text())
+
+
+def _eval_columns(ev: dict, targets: list[str]) -> dict:
+    out = {}
+    results = ev.get("targets", ev)
+    for t in targets:
+        r = results.get(t) or {}
+        flops = r.get("flops") or {}
+        out.update({f"acc_{t}": r.get("acc"), f"acc_{t}_lo": r.get("lo"),
+                    f"acc_{t}_hi": r.get("hi"), f"n_{t}": r.get("n"),
+                    f"eval_flops_{t}": flops.get("model")})
+    return out
+
+
+def _knobs(config: dict, alloc: str) -> dict:
+    a = S.allocation(config, alloc)
+    return {k: getattr(a, k) for k in C.KNOB_COLUMNS}
+
+
+def rung_row(config: dict, cell: S.Cell, budget: float, stage: str) -> dict:
+    rung = S.run_dir(config, cell) / f"budget~{S.format_budget(budget)}"
+    ledger = _read(rung / "ledger.json")
+    phases = ledger["phases"]
+    base = _read(Path(S.base_dir(config, cell.size)) / "pre.json") if S.is_ladder(
+        cell.size) else {}
+    row = {"study": config["study"], "stage": stage, "cell": cell.key, "size": cell.size,
+           "reward": cell.reward, "alloc": cell.alloc, "seed": cell.seed, "budget": budget,
+           **_knobs(config, cell.alloc),
+           "steps": ledger["steps"], "updates": ledger["updates"],
+           "rollouts": ledger["rollouts"], "prompts_seen": ledger["prompts_seen"],
+           "flops_total": ledger["model_flops"], "exec_flops_total": ledger["executed_flops"],
+           "p_learning": ledger["p_learning"], "max_step_flops": ledger["max_step_model_flops"],
+           "wall_s": sum(p["wall_s"] for p in phases.values()),
+           "params": base.get("params"), "non_embedding_params": base.get("non_embedding_params")}
+    for p in C.PHASES:
+        row[f"flops_{p}"] = phases[p]["model_flops"]
+        row[f"exec_flops_{p}"] = phases[p]["executed_flops"]
+        row[f"tokens_{p}"] = phases[p]["tokens"]
+    row.update(_eval_columns(_read(rung / "eval.json"), S.eval_targets(config)))
+    return row
+
+
+def base_rows(config: dict) -> list[dict]:
+    """Budget-0 rows: each ladder base policy, once per reward x allocation it starts."""
+    rows = []
+    for size in config["sizes"]:
+        if not S.is_ladder(size):
+            continue
+        base = Path(S.base_dir(config, size))
+        pre, ev = _read(base / "pre.json"), _read(base / "eval.json")
+        for reward in config["rewards"]:
+            for alloc in config["allocations"]:
+                row = {"study": config["study"], "stage": "base",
+                       "cell": S.cell_key(size, reward, alloc, config["seeds"][0]),
+                       "size": size, "reward": reward, "alloc": alloc,
+                       "seed": config["seeds"][0], "budget": 0.0, **_knobs(config, alloc),
+                       "steps": 0, "updates": 0, "rollouts": 0, "prompts_seen": 0,
+                       "p_learning": 0.0, "max_step_flops": 0, "wall_s": 0.0,
+                       "params": pre["params"],
+                       "non_embedding_params": pre["non_embedding_params"]}
+                for p in ["total"] + C.PHASES:
+                    row[f"flops_{p}"] = 0
+                    row[f"exec_flops_{p}"] = 0
+                for p in C.PHASES:
+                    row[f"tokens_{p}"] = 0
+                row.update(_eval_columns(ev, S.eval_targets(config)))
+                rows.append(row)
+    return rows
+
+
+def collect(config: dict, selected: list[dict] | None) -> list[dict]:
+    """Every cell x rung row with its RACE membership flags."""
+    pilot = {float(b) for b in S.pilot_rungs(config)}
+    vb = S.validation_budget(config)
+    chosen = {(s["size"], s["reward"], s["alloc"]) for s in selected or []}
+    vseeds = set(config["race"]["validation_seeds"])
+    rows = []
+    cells = [(c, "full") for c in S.grid_cells(config)]
+    cells += [(c, "validation") for c in S.validation_cells(config, selected or [])]
+    for cell, stage in cells:
+        for budget in S.cell_rungs(config, cell):
+            row = rung_row(config, cell, budget, stage)
+            row["in_pilot"] = stage == "full" and cell.seed == config["seeds"][0] and (
+                budget in pilot)
+            row["in_validation"] = ((cell.size, cell.reward, cell.alloc) in chosen
+                                    and cell.seed in vseeds and budget == vb)
+            rows.append(row)
+    return rows
+
+
+def stage_rows(rows: list[dict]) -> list[dict]:
+    """Rows repeated once per stage they belong to (what the reports read)."""
+    out = []
+    for row in rows:
+        if row["stage"] == "base":
+            out.append(dict(row, stage="full"))
+            continue
+        if row["stage"] == "full":
+            out.append(dict(row, stage="full"))
+        if row["in_pilot"]:
+            out.append(dict(row, stage="pilot"))
+        if row["in_validation"]:
+            out.append(dict(row, stage="validation"))
+    return out
+
+
+def write_tables(config: dict, out: str | Path, selected_path: str | None = None) -> Path:
+    import pandas as pd
+
+    selected = json.loads(Path(selected_path).read_text())["selected"] if selected_path else []
+    rows = base_rows(config) + collect(config, selected)
+    for row in rows:
+        row.setdefault("in_pilot", False)
+        row.setdefault("in_validation", False)
+    columns = C.all_columns(S.eval_targets(config)) + ["in_pilot", "in_validation"]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows, columns=columns).to_csv(out, index=False)
+    stages = out.with_name(out.stem.replace("runs", "stages") + out.suffix) if (
+        "runs" in out.stem) else out.with_name(out.stem + "_stages.csv")
+    pd.DataFrame(stage_rows(rows), columns=columns).to_csv(stages, index=False)
+    return out
+
+
+def register(sub) -> None:
+    p = sub.add_parser("aggregate", help="collect run folders into the runs tables")
+    p.add_argument("--config", required=True, help="study config (file or the workflow's JSON)")
+    p.add_argument("--selected", help="RACE selection (selected.json) to add validation runs")
+    p.add_argument("--out", required=True, help="output CSV (e.g. results/runs.csv)")
+    p.set_defaults(func=lambda a: print(write_tables(S.load_config(a.config), a.out,
+                                                      a.selected)) or 0)

@@ -1,0 +1,252 @@
+"""Metered GRPO training: budget stop, nested rungs, resume after SIGKILL, determinism, MLflow,
+and the online meter against FlopCounterMode."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from race.ledger import Ledger
+from race.meter import BatchShapes, StepMeter
+from race.task import TaskSpec, write_splits
+from race.train import Allocation, BudgetError, TrainJob, job_to_json, run_training, rung_dir
+
+ALLOC = Allocation(num_generations=4, prompts_per_step=2, max_completion_length=12,
+                   num_iterations=2, lora_rank=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A random-init nano policy with the char tokenizer and a small train split."""
+    from race.char_tokenizer import load_tokenizer, save_tokenizer
+    from race.ladder import build_ladder_model
+
+    root = tmp_path_factory.mktemp("train")
+    write_splits(TaskSpec(n_train=200, n_eval_in=10, n_eval_ood=10), root / "data")
+    tok = load_tokenizer(save_tokenizer(root / "tok"))
+    model = build_ladder_model("nano", tok, seed=0)
+    model.save_pretrained(root / "base")
+    tok.save_pretrained(root / "base")
+    return root
+
+
+def make_job(root: Path, run_dir: Path, rungs, **kw) -> TrainJob:
+    return TrainJob(base=str(root / "base"), train_data=str(root / "data" / "train.jsonl"),
+                    run_dir=str(run_dir), rungs=list(rungs), alloc=kw.pop("alloc", ALLOC),
+                    save_every=kw.pop("save_every", 4), **kw)
+
+
+def step_bound(root: Path, alloc: Allocation) -> int:
+    from race import flops
+    from race.char_tokenizer import load_tokenizer
+    from race.task import load_jsonl
+
+    tok = load_tokenizer(root / "base")
+    arch = flops.resolve_arch(str(root / "base"))
+    max_prompt = max(len(tok(r.prompt, add_special_tokens=False)["input_ids"])
+                     for r in load_jsonl(root / "data" / "train.jsonl"))
+    meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations)
+    return meter.step_bound(True, BatchShapes.worst_case(alloc.rows, max_prompt,
+                                                         alloc.max_completion_length), None, 0)
+
+
+def flops_rows(ledger: dict) -> list[tuple]:
+    """Ledger rows without wall seconds (the only field that differs between runs)."""
+    return [(r["step"], r["phase"], r["model_flops"], r["executed_flops"], r["tokens"])
+            for r in ledger["rows"]]
+
+
+def read_rung(run_dir: Path, budget: float) -> dict:
+    return json.loads((rung_dir(run_dir, budget) / "ledger.json").read_text())
+
+
+def adapter_tensors(run_dir: Path, budget: float) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(rung_dir(run_dir, budget) / "adapter_model.safetensors")
+
+
+B1, B2 = 1.2e9, 2.4e9
+
+
+@pytest.fixture(scope="module")
+def reference_run(tiny_base, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("ref") / "cell"
+    summary = run_training(make_job(tiny_base, run_dir, [B1, B2]))
+    return run_dir, summary
+
+
+def test_budget_semantics_and_nested_rungs(tiny_base, reference_run):
+    run_dir, summary = reference_run
+    bound = step_bound(tiny_base, ALLOC)
+    for budget in (B1, B2):
+        rung = read_rung(run_dir, budget)
+        assert (rung_dir(run_dir, budget) / "DONE").exists()
+        assert rung["model_flops"] <= budget
+        assert budget - rung["model_flops"] < bound  # stopped within one step's worst case
+        total = sum(rung["phases"][p]["model_flops"] for p in ("rollout", "learning", "reward"))
+        assert total == rung["model_flops"]
+        assert rung["p_learning"] == pytest.approx(
+            rung["phases"]["learning"]["model_flops"] / rung["model_flops"])
+        assert rung["updates"] == rung["steps"]
+        # num_iterations = 2: every other step generates; each generates rows completions
+        assert rung["rollouts"] == ALLOC.rows * ((rung["steps"] + 1) // 2)
+    small, large = read_rung(run_dir, B1), read_rung(run_dir, B2)
+    assert large["steps"] > small["steps"]
+    assert flops_rows(large)[:len(small["rows"])] == flops_rows(small)  # a prefix
+    # reuse steps generate nothing but still train: learning rows on every step
+    ledger = Ledger.load(run_dir / "ledger.json")
+    phases = {(r.step, r.phase) for r in ledger.rows}
+    assert all((s, "learning") in phases for s in ledger.steps)
+    assert not any((s, "rollout") in phases for s in ledger.steps if s % 2 == 0)
+    assert summary["model_flops"] == large["model_flops"]
+
+
+def test_budget_below_one_step_is_rejected_before_training(tiny_base, tmp_path):
+    run_dir = tmp_path / "cell"
+    with pytest.raises(BudgetError, match=r"budget rung 1e6 FLOPs is smaller than one"):
+        run_training(make_job(tiny_base, run_dir, [1e6, 1e9]))
+    assert not list(run_dir.glob("budget~*")) and not (run_dir / "checkpoints").exists()
+
+
+def test_rerun_of_finished_run_is_a_no_op(tiny_base, reference_run):
+    run_dir, summary = reference_run
+    before = (run_dir / "ledger.json").stat().st_mtime_ns
+    again = run_training(make_job(tiny_base, run_dir, [B1, B2]))
+    assert again["model_flops"] == summary["model_flops"]
+    assert (run_dir / "ledger.json").stat().st_mtime_ns == before
+
+
+def test_determinism(tiny_base, reference_run, tmp_path):
+    run_dir, _ = reference_run
+    other = tmp_path / "cell"
+    run_training(make_job(tiny_base, other, [B1, B2]))
+    for budget in (B1, B2):
+        assert flops_rows(read_rung(other, budget)) == flops_rows(read_rung(run_dir, budget))
+        a, b = adapter_tensors(other, budget), adapter_tensors(run_dir, budget)
+        assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    again = [json.loads(line) for line in (other / "metrics.jsonl").read_text().splitlines()]
+    assert metrics == again
+
+
+def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp_path):
+    run_dir, _ = reference_run
+    killed = tmp_path / "cell"
+    job = make_job(tiny_base, killed, [B1, B2])
+    code = ("import sys, torch; torch.set_num_threads(1); from race.train import job_from_json,"
+            " run_training; run_training(job_from_json(sys.argv[1]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, job_to_json(job)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    # Kill once a checkpoint exists and the run has gone past it (steps to replay).
+    while time.time() < deadline:
+        ckpts = list((killed / "checkpoints").glob("checkpoint-*/race_state.json"))
+        if ckpts and (killed / "ledger.json").exists():
+            steps = Ledger.load(killed / "ledger.json").steps
+            if steps and steps[-1] > 4:
+                break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "DONE").exists()
+    run_training(job)  # resumes from the checkpoint
+    for budget in (B1, B2):
+        assert flops_rows(read_rung(killed, budget)) == flops_rows(read_rung(run_dir, budget))
+        a, b = adapter_tensors(killed, budget), adapter_tensors(run_dir, budget)
+        assert all((a[k] == b[k]).all() for k in a)
+    steps = [json.loads(x)["step"] for x in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps))  # no step logged twice
+
+
+def test_mlflow_one_run_per_cell_and_no_duplicate_steps(tiny_base, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from race.tracking import MlflowSpec
+
+    spec = MlflowSpec(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+                      artifact_root=str(tmp_path / "artifacts"), experiment="t")
+    run_dir = tmp_path / "cell"
+    job = make_job(tiny_base, run_dir, [B1], mlflow=spec, run_key="size~nano/reward~rule")
+    summary = run_training(job)
+    # Delete the rung and rerun: the run is retrained, logging into the same MLflow run.
+    import shutil
+
+    shutil.rmtree(rung_dir(run_dir, B1))
+    run_training(job)
+    client = MlflowClient(tracking_uri=spec.tracking_uri)
+    exp = client.get_experiment_by_name("t")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1 and runs[0].data.tags["run_key"] == "size~nano/reward~rule"
+    history = client.get_metric_history(runs[0].info.run_id, "flops_total")
+    assert sorted(m.step for m in history) == list(range(1, summary["steps"] + 1))
+    assert max(m.value for m in history) == summary["model_flops"]
+    for key in ("flops_rollout", "flops_learning", "flops_reward", "p_learning", "updates",
+                "rollouts", "reward_mean"):
+        assert key in runs[0].data.metrics
+
+
+def test_mlflow_off_leaves_files_complete(reference_run):
+    run_dir, _ = reference_run
+    assert not (run_dir / "mlflow_run_id").exists()
+    for name in ("ledger.json", "metrics.jsonl", "train.json", "DONE"):
+        assert (run_dir / name).exists()
+
+
+def test_meter_matches_flop_counter(tiny_base, tmp_path, monkeypatch):
+    """Per-phase executed FLOPs of the online meter vs FlopCounterMode around the same
+    phases, eager attention, a generation step and a reuse step."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from race import train as train_mod
+
+    measured = {"rollout": 0, "step": 0}
+    base_cls = train_mod._metered_trainer_class
+
+    def counting_class():
+        cls = base_cls()
+
+        class Counting(cls):
+            # One counter per step (nested counters double count); the rollout is read off
+            # the running total before and after generation.
+            def _generate(self, *a, **k):
+                before = self._counter.get_total_flops()
+                out = super()._generate(*a, **k)
+                measured["rollout"] += self._counter.get_total_flops() - before
+                return out
+
+            def training_step(self, *a, **k):
+                self._counter = FlopCounterMode(display=False)
+                with self._counter:
+                    out = super().training_step(*a, **k)
+                measured["step"] += self._counter.get_total_flops()
+                return out
+
+        return Counting
+
+    monkeypatch.setattr(train_mod, "_metered_trainer_class", counting_class)
+    job = make_job(tiny_base, tmp_path / "cell", [B1], attn_implementation="eager")
+    run_training(job)
+    totals = Ledger.load(tmp_path / "cell" / "ledger.json").totals()
+    rollout = totals["rollout"]["executed_flops"]
+    learning = totals["learning"]["executed_flops"]
+    assert measured["rollout"] == pytest.approx(rollout, rel=0.01)
+    assert measured["step"] - measured["rollout"] == pytest.approx(learning, rel=0.01)
+    assert totals["reward"]["executed_flops"] == 0  # rule reward
+
+
+def test_allocation_rejects_bad_values():
+    with pytest.raises(ValueError, match="num_generations"):
+        Allocation(num_generations=1)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        TrainJob(base="b", train_data="d", run_dir="r", rungs=[2.0, 1.0])
+    assert replace(ALLOC, num_iterations=1).rows == 8

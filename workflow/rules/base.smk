@@ -1,0 +1,25 @@
+# Base policies: SFT "pretraining" of every ladder size (hub / path sizes need none).
+
+
+rule base:
+    input:
+        train=rules.data.output.train,
+        eval_in=rules.data.output.eval_in,
+        tokenizer=rules.tokenizer.output,
+    output:
+        pre=R + "/base/size~{size}/pre.json",
+    params:
+        config=S.config_slice(STUDY, "pretrain"),
+    wildcard_constraints:
+        size="|".join(LADDER) or "^$",
+    log:
+        "logs/base/size~{size}.log",
+    benchmark:
+        "benchmarks/base/size~{size}.tsv"
+    threads: 1
+    resources:
+        mem_mb=res("base", "mem_mb", 2000),
+        runtime=res("base", "runtime", 30),
+    shell:
+        "{RACE} pretrain --size {wildcards.size} --data {R}/data --tokenizer {R}/tokenizer"
+        " --out {R}/base/size~{wildcards.size} --config {params.config:q} > {log} 2>&1"

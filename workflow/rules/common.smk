@@ -1,0 +1,94 @@
+# Grid expansion, paths and input functions. All logic lives in race.study; this file only
+# names paths for the rules.
+import json
+import sys
+
+from race import study as S
+
+# Cross-field checks (unknown names, rungs below one step, ...) before any job is scheduled.
+STUDY = S.check_config(config)
+R = str(S.results(STUDY))
+# The package's CLI through this interpreter: works without activating the virtualenv.
+RACE = f"{sys.executable} -m race.cli"
+RUN = R + "/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
+GRID = S.grid_cells(STUDY)
+BUDGETS = [S.format_budget(b) for b in STUDY["budgets"]]
+EXTRA_SEEDS = [s for s in STUDY["race"]["validation_seeds"] if s not in STUDY["seeds"]]
+RACE_ON = STUDY["race"]["enabled"]
+MLFLOW_ON = STUDY["mlflow"]["enabled"]
+LADDER = [s for s in STUDY["sizes"] if S.is_ladder(s)]
+PRMS = [p for p in STUDY["prm"]["sizes"] if S.is_ladder(p)]
+
+
+wildcard_constraints:
+    size=r"[A-Za-z0-9_.+-]+",
+    reward=r"[A-Za-z0-9_.+-]+",
+    alloc=r"[A-Za-z0-9_.-]+",
+    seed=r"\d+",
+    budget=r"[0-9.e+-]+",
+
+
+def res(rule_name, key, default):
+    """Per-rule resources from the config's resources: section."""
+    return STUDY["resources"].get(rule_name, {}).get(key, default)
+
+
+def cell_of(w):
+    return S.Cell(S.unslug(STUDY, w.size), w.reward, w.alloc, int(w.seed))
+
+
+def base_input(w):
+    """The base policy a cell trains from: pretrained here for ladder sizes."""
+    size = S.unslug(STUDY, w.size)
+    return [R + f"/base/size~{size}/pre.json"] if S.is_ladder(size) else []
+
+
+def reward_inputs(w):
+    """The PRM a reward needs, when it is trained here."""
+    prm = STUDY["rewards"][w.reward].get("prm")
+    return [R + f"/prm/size~{prm}/prm.json"] if prm in PRMS else []
+
+
+def eval_prm_spec():
+    """The PRM that reranks best-of-n samples (eval.prm, else the largest trained PRM)."""
+    prm = STUDY["eval"].get("prm") or (STUDY["prm"]["sizes"][-1] if STUDY["prm"]["sizes"] else None)
+    return prm
+
+
+def eval_prm_input(w=None):
+    prm = eval_prm_spec()
+    return [R + f"/prm/size~{prm}/prm.json"] if prm in PRMS else []
+
+
+def eval_prm_arg(w=None):
+    prm = eval_prm_spec()
+    return f"--prm {S.prm_dir(STUDY, prm)}" if prm else ""
+
+
+def mlflow_input(w=None):
+    return [R + "/mlflow/initialized.json"] if MLFLOW_ON else []
+
+
+def rung_eval(cell, budget):
+    return R + f"/runs/{cell.key}/budget~{budget}/eval.json"
+
+
+def grid_evals(w=None):
+    return [rung_eval(c, b) for c in GRID for b in BUDGETS]
+
+
+def base_evals(w=None):
+    return [R + f"/base/size~{s}/eval.json" for s in LADDER]
+
+
+def validation_evals(w):
+    """Evaluations of the validation runs chosen by the pilot checkpoint."""
+    selected = json.loads(Path(checkpoints.select.get().output[0]).read_text())["selected"]
+    vb = S.format_budget(S.validation_budget(STUDY))
+    return [rung_eval(c, vb) for c in S.validation_cells(STUDY, selected)]
+
+
+def final_targets():
+    targets = ["reports/report.md", R + "/runs.csv"]
+    targets += [R + f"/prm/size~{p}/prm.json" for p in PRMS]  # the whole feedback ladder
+    return targets

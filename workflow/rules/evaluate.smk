@@ -1,0 +1,58 @@
+# Every evaluation target with its own eval-FLOP ledger, per cell x budget rung (and for
+# every base policy: the budget-0 point of each curve).
+
+
+rule evaluate:
+    input:
+        ledger=RUN + "/budget~{budget}/ledger.json",
+        base=base_input,
+        data=rules.data.output.eval_in,
+        prm=eval_prm_input,
+    output:
+        RUN + "/budget~{budget}/eval.json",
+    params:
+        config=S.config_slice(STUDY, "eval", "mlflow", "study"),
+        policy=lambda w: S.base_dir(STUDY, S.unslug(STUDY, w.size)),
+        reward=lambda w: json.dumps(S.reward_spec(STUDY, w.reward), sort_keys=True),
+        prm=eval_prm_arg,
+        run_dir=RUN,
+    log:
+        "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}/budget~{budget}.eval.log",
+    benchmark:
+        "benchmarks/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}/budget~{budget}.eval.tsv"
+    threads: 1
+    resources:
+        mem_mb=res("evaluate", "mem_mb", 2000),
+        runtime=res("evaluate", "runtime", 30),
+        gpus=res("evaluate", "gpus", 0),
+    shell:
+        "{RACE} evaluate --policy {params.policy} --adapter {RUN}/budget~{wildcards.budget}"
+        " --data {R}/data --out {output} --config {params.config:q}"
+        " --reward-json {params.reward:q} {params.prm} --mlflow-run-dir {params.run_dir}"
+        " > {log} 2>&1"
+
+
+rule evaluate_base:
+    input:
+        base=R + "/base/size~{size}/pre.json",
+        data=rules.data.output.eval_in,
+        prm=eval_prm_input,
+    output:
+        R + "/base/size~{size}/eval.json",
+    params:
+        config=S.config_slice(STUDY, "eval", "study"),
+        reward=json.dumps(S.reward_spec(STUDY, next(iter(STUDY["rewards"]))), sort_keys=True),
+        prm=eval_prm_arg,
+    wildcard_constraints:
+        size="|".join(LADDER) or "^$",
+    log:
+        "logs/base/size~{size}.eval.log",
+    benchmark:
+        "benchmarks/base/size~{size}.eval.tsv"
+    threads: 1
+    resources:
+        mem_mb=res("evaluate", "mem_mb", 2000),
+        runtime=res("evaluate", "runtime", 30),
+    shell:
+        "{RACE} evaluate --policy {R}/base/size~{wildcards.size} --data {R}/data --out {output}"
+        " --config {params.config:q} --reward-json {params.reward:q} {params.prm} > {log} 2>&1"

@@ -1,0 +1,41 @@
+# Frontier tables, figures and report.md (regenerate with `make figures`).
+
+
+rule report:
+    input:
+        R + "/stages.csv",
+    output:
+        report(
+            "reports/report.md",
+            caption="../report/report.rst",
+            category="Report",
+        ),
+        frontier=report(
+            "reports/frontier.csv",
+            caption="../report/frontier.rst",
+            category="Tables",
+        ),
+        figures=report(
+            expand(
+                "reports/figures/{name}.png",
+                name=[
+                    "frontier",
+                    "compute_breakdown",
+                    "same_flop",
+                    "regime_map",
+                    "race_agreement",
+                    "fits",
+                ],
+            ),
+            caption="../report/figures.rst",
+            category="Figures",
+        ),
+    params:
+        config=S.config_slice(STUDY, "study", "eval"),
+    log:
+        "logs/report.log",
+    resources:
+        mem_mb=res("report", "mem_mb", 2000),
+        runtime=res("report", "runtime", 10),
+    shell:
+        "{RACE} report {input} --out reports --config {params.config:q} > {log} 2>&1"

@@ -1,0 +1,46 @@
+# One metered GRPO run per cell (size x reward x allocation x seed). Each run passes every
+# nested budget rung and writes a snapshot + ledger there; one run serves all rungs.
+
+
+rule train:
+    input:
+        base=base_input,
+        data=rules.data.output.train,
+        reward=reward_inputs,
+        mlflow=mlflow_input,
+    output:
+        rungs=expand(RUN + "/budget~{budget}/ledger.json", budget=BUDGETS, allow_missing=True),
+        done=RUN + "/DONE",
+    params:
+        job=lambda w: S.train_job_json(STUDY, cell_of(w)),
+    wildcard_constraints:
+        seed="|".join(str(s) for s in STUDY["seeds"]),
+    log:
+        "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.log",
+    benchmark:
+        "benchmarks/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.tsv"
+    threads: 1
+    resources:
+        mem_mb=res("train", "mem_mb", 3000),
+        runtime=res("train", "runtime", 60),
+        gpus=res("train", "gpus", 0),
+    shell:
+        "{RACE} train --job {params.job:q} > {log} 2>&1"
+
+
+# Validation runs of the configs the pilot selected, for the seeds the grid does not run;
+# they stop at the validation budget.
+use rule train as train_validation with:
+    output:
+        rungs=expand(
+            RUN + "/budget~{budget}/ledger.json",
+            budget=[b for b in BUDGETS if float(b) <= S.validation_budget(STUDY)],
+            allow_missing=True,
+        ),
+        done=RUN + "/DONE",
+    wildcard_constraints:
+        seed="|".join(str(s) for s in EXTRA_SEEDS) or "^$",
+    log:
+        "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.log",
+    benchmark:
+        "benchmarks/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.tsv"
