@@ -5,7 +5,11 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The default study, unless --configfile names another (which then replaces it: Snakemake
+# would otherwise merge the two, mixing e.g. the default rewards into another study).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 validate(config, "workflow/schemas/config.schema.yaml")

@@ -20,3 +20,16 @@ def test_special_tokens_and_padding(tokenizer_dir):
     batch = tok(["1+1=?\n", "12+13-4=?\n"], padding=True, add_special_tokens=False)
     assert batch["input_ids"][0][:4] == [0, 0, 0, 0]
     assert tok("é", add_special_tokens=False)["input_ids"] == [tok.unk_token_id]
+
+
+def test_reload_from_a_model_directory_keeps_newlines(tmp_path, tokenizer):
+    """AutoTokenizer alone would pick Qwen2Tokenizer from config.json and drop newlines."""
+    from race.ladder import build_ladder_model
+
+    model = build_ladder_model("nano", tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    again = load_tokenizer(tmp_path)
+    assert again("1\n2", add_special_tokens=False)["input_ids"] == tokenizer(
+        "1\n2", add_special_tokens=False)["input_ids"]
+    assert len(again("1\n2", add_special_tokens=False)["input_ids"]) == 3

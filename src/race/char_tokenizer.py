@@ -46,10 +46,22 @@ def save_tokenizer(out_dir: str | Path, alphabet: str = ALPHABET) -> Path:
 
 
 def load_tokenizer(path: str | Path):
-    """Reload any tokenizer directory (ours or a hub model's) with ``AutoTokenizer``."""
-    from transformers import AutoTokenizer
+    """Reload any tokenizer directory (ours or a hub model's).
 
-    tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    Ours is loaded as the plain fast tokenizer it was saved as: ``AutoTokenizer`` in a model
+    directory follows the model's config (``qwen2`` -> ``Qwen2Tokenizer``), whose own
+    pre-tokenizer silently drops the newlines that separate steps.
+    """
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config = Path(path) / "tokenizer_config.json"
+    saved_class = json.loads(config.read_text()).get("tokenizer_class") if config.exists() else None
+    if saved_class in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path))
+    else:
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok

