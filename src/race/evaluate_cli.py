@@ -1,65 +1,92 @@
-"""``race evaluate``: every evaluation target of one policy snapshot (see race.evaluate)."""
+"""``race evaluate``: every evaluation target of one policy snapshot (see race.evaluate).
+
+    race evaluate --policy BASE_DIR [--adapter RUNG_DIR] --data results/data
+                  --out RUNG_DIR/eval.json [--config CONFIG] [--reward-json '{"type": "rule"}']
+                  [--prm SPEC] [--mlflow-run-dir RUN_DIR] [--train-temperature T]
+                  [--results-dir DIR]
+
+``--config`` is a study config file or the inline JSON slice a workflow rule passes; only its
+``eval:``, ``mlflow:``, ``study`` and ``results_dir`` keys are read.
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser("evaluate", help="evaluate a base policy or a budget-rung snapshot")
+    p = sub.add_parser("evaluate", help="evaluate a base policy or a budget-rung snapshot",
+                       description=__doc__.splitlines()[0])
     p.add_argument("--policy", required=True, help="base policy directory (or hub id)")
-    p.add_argument("--adapter", help="budget-rung folder holding the LoRA adapter")
-    p.add_argument("--data", required=True, help="directory with eval_in.jsonl, eval_ood.jsonl")
-    p.add_argument("--out", required=True, help="eval.json to write")
-    p.add_argument("--config", help="study config (file or the workflow's JSON); uses eval:")
-    p.add_argument("--reward-json", help="the training reward (a rewards: entry) as JSON")
-    p.add_argument("--prm", help="PRM for best-of-n: a directory or hub id")
-    p.add_argument("--mlflow-run-dir", help="run folder whose MLflow run gets the metrics")
-    p.set_defaults(func=_main)
+    p.add_argument("--adapter", help="budget-rung folder with the LoRA adapter and ledger.json")
+    p.add_argument("--data", required=True, help="folder with eval_in.jsonl and eval_ood.jsonl")
+    p.add_argument("--out", required=True, help="eval.json to write (atomically)")
+    p.add_argument("--config", help="study config: a YAML file or inline JSON (uses eval:, "
+                                     "mlflow:, study, results_dir)")
+    p.add_argument("--reward-json", help="the training reward for native_reward: a rewards: "
+                                          "entry as JSON, e.g. '{\"type\": \"rule\"}'")
+    p.add_argument("--prm", help="PRM for prm_bon: a PRM ladder name (results/prm/size~NAME), "
+                                  "a path or a hub id (default: eval.prm)")
+    p.add_argument("--mlflow-run-dir", help="run folder whose MLflow run (mlflow_run_id) gets "
+                                             "eval/<target> at the rung's training step")
+    p.add_argument("--train-temperature", type=float,
+                   help="the cell's training temperature for native_reward "
+                        "(default: eval.native_temperature)")
+    p.add_argument("--results-dir", help="where PRM ladder names resolve (default: the "
+                                          "config's results_dir, else results)")
+    p.set_defaults(func=main)
 
 
-def _main(args) -> int:
-    from race.evaluate import EvalSpec, evaluate_snapshot
-    from race.rewards import build_reward
-
-    config = {}
-    if args.config:
+def read_config(source: str | None) -> dict:
+    """The study config through race.study.load_config (validated) when that module exists,
+    else plain ``yaml.safe_load`` / ``json.loads``."""
+    if not source:
+        return {}
+    try:
         from race.study import load_config
+    except ImportError:
+        load_config = None
+    if load_config is not None:
+        return load_config(source)
+    text = str(source).lstrip()
+    if text.startswith("{"):
+        return json.loads(text)
+    import yaml
 
-        config = load_config(args.config)
-    spec = EvalSpec.from_config(config.get("eval", {}))
-    reward = build_reward(json.loads(args.reward_json)) if args.reward_json else None
-    prm = None
-    if args.prm and "prm_bon" in spec.targets:
-        from race.prm import load_prm
+    return yaml.safe_load(Path(source).read_text()) or {}
 
-        prm = load_prm(args.prm)
-    payload = evaluate_snapshot(args.policy, args.adapter, args.data, args.out, spec,
-                                prm=prm, reward=reward)
-    if args.mlflow_run_dir and config.get("mlflow", {}).get("enabled"):
-        _log_mlflow(args, config, payload)
-    print(json.dumps({t: r["acc"] for t, r in payload["targets"].items()}))
+
+def main(args) -> int:
+    from race.evaluate import EvalSpec, evaluate, with_overrides
+
+    config = read_config(args.config)
+    spec = with_overrides(EvalSpec.from_config(config.get("eval")),
+                          native_temperature=args.train_temperature)
+    reward = json.loads(args.reward_json) if args.reward_json else None
+    if reward is not None and not isinstance(reward, dict):
+        raise SystemExit("--reward-json: expected a JSON object such as '{\"type\": \"rule\"}'")
+    results_dir = args.results_dir or config.get("results_dir") or "results"
+    payload = evaluate(args.policy, args.data, args.out, spec, adapter=args.adapter,
+                       reward=reward, prm=args.prm, results_dir=results_dir)
+    for target, r in payload["targets"].items():
+        line = (f"{target}: skipped ({r['skipped']})" if r["skipped"] else
+                f"{target}: {r['acc']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}] n={r['n']} "
+                f"eval FLOPs {r['flops']['model']:.3g}")
+        print(line)
+    print(f"wrote {args.out} ({payload['wall_s']:.1f} s)")
+    if args.mlflow_run_dir:
+        _mlflow(payload, args.mlflow_run_dir, config)
     return 0
 
 
-def _log_mlflow(args, config: dict, payload: dict) -> None:
-    """Log eval/<target> to the cell's MLflow run, at the rung's training step."""
-    from race.study import mlflow_spec
-    from race.tracking import RUN_ID_FILE, RunLogger
+def _mlflow(payload: dict, run_dir: str, config: dict) -> None:
+    from race.evaluate import log_to_mlflow, mlflow_spec_from_config
 
-    run_dir = Path(args.mlflow_run_dir)
-    if not (run_dir / RUN_ID_FILE).exists():
+    spec = mlflow_spec_from_config(config)
+    if not spec.enabled:
+        print("mlflow: disabled in the config; not logged", file=sys.stderr)
         return
-    step = json.loads((Path(args.adapter) / "ledger.json").read_text())["step"] if (
-        args.adapter) else 0
-    logger = RunLogger(mlflow_spec(config), run_dir, "", config.get("study", "race"), params={})
-    metrics = {}
-    for target, r in payload["targets"].items():
-        if r["acc"] is not None:
-            metrics[f"eval/{target}"] = r["acc"]
-            metrics[f"eval/{target}_lo"] = r["lo"]
-            metrics[f"eval/{target}_hi"] = r["hi"]
-            metrics[f"eval/{target}_flops"] = r["flops"]["model"]
-    logger.log_step(step, metrics, force=True)
-    logger.finish()
+    if not log_to_mlflow(payload, run_dir, spec, study=config.get("study") or "race"):
+        print(f"mlflow: {run_dir} holds no mlflow_run_id; not logged", file=sys.stderr)

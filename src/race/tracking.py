@@ -12,6 +12,7 @@ asynchronously, so logging stays off the training step's critical path.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +71,11 @@ class RunLogger:
             if tags:
                 self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        id_file.write_text(run_id + "\n")
+        if not id_file.exists() or id_file.read_text().strip() != run_id:
+            # Atomic: parallel evaluate jobs of the same cell read this file.
+            tmp = id_file.with_name(f".{id_file.name}.{os.getpid()}")
+            tmp.write_text(run_id + "\n")
+            os.replace(tmp, id_file)
         self.run_id = run_id
         self.logged_steps = self._logged_steps()
         self._pending = []

@@ -2,13 +2,16 @@
 
 
 rule aggregate_grid:
+    conda:
+        "../../envs/race.yaml"
     input:
         evals=grid_evals,
         base=base_evals,
     output:
-        R + "/grid.csv",
-        R + "/grid_stages.csv",
+        RD + "grid.csv",
+        RD + "grid_stages.csv",
     params:
+        race=RACE,
         config=S.config_slice(STUDY, "study", "sizes", "rewards", "allocations", "budgets",
                               "seeds", "race", "eval", "results_dir", "training", "prm"),
     log:
@@ -17,16 +20,19 @@ rule aggregate_grid:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{RACE} aggregate --config {params.config:q} --out {output} > {log} 2>&1"
+        "{params.race} aggregate --config {params.config:q} --out {output} > {log} 2>&1"
 
 
 # RACE: rank the pilot (low rungs, one seed), select top-k + baseline per reward x target.
 checkpoint select:
+    conda:
+        "../../envs/race.yaml"
     input:
-        R + "/grid_stages.csv",
+        RD + "grid_stages.csv",
     output:
-        R + "/race/selected.json",
+        RD + "race/selected.json",
     params:
+        race=RACE,
         top_k=STUDY["race"]["top_k"],
         baseline=S.baseline_alloc(STUDY),
         targets=" ".join(S.race_targets(STUDY)),
@@ -36,25 +42,28 @@ checkpoint select:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{RACE} select {input} --top-k {params.top_k} --baseline {params.baseline}"
+        "{params.race} select {input} --top-k {params.top_k} --baseline {params.baseline}"
         " --targets {params.targets} --out {output} > {log} 2>&1"
 
 
 rule aggregate:
+    conda:
+        "../../envs/race.yaml"
     input:
-        grid=R + "/grid.csv",
+        grid=RD + "grid.csv",
         evals=validation_evals if RACE_ON else [],
-        selected=R + "/race/selected.json" if RACE_ON else [],
+        selected=RD + "race/selected.json" if RACE_ON else [],
     output:
-        R + "/runs.csv",
-        R + "/stages.csv",
+        RD + "runs.csv",
+        RD + "stages.csv",
     params:
+        race=RACE,
         config=rules.aggregate_grid.params.config,
-        selected="--selected " + R + "/race/selected.json" if RACE_ON else "",
+        selected="--selected " + RD + "race/selected.json" if RACE_ON else "",
     log:
         "logs/aggregate.log",
     resources:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{RACE} aggregate --config {params.config:q} {params.selected} --out {output} > {log} 2>&1"
+        "{params.race} aggregate --config {params.config:q} {params.selected} --out {output} > {log} 2>&1"

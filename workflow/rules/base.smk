@@ -2,13 +2,17 @@
 
 
 rule base:
+    conda:
+        "../../envs/race.yaml"
     input:
         train=rules.data.output.train,
         eval_in=rules.data.output.eval_in,
         tokenizer=rules.tokenizer.output,
     output:
-        pre=R + "/base/size~{size}/pre.json",
+        pre=RD + "base/size~{size}/pre.json",
     params:
+        race=RACE,
+        results=R,
         config=S.config_slice(STUDY, "pretrain"),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
@@ -21,5 +25,5 @@ rule base:
         mem_mb=res("base", "mem_mb", 2000),
         runtime=res("base", "runtime", 30),
     shell:
-        "{RACE} pretrain --size {wildcards.size} --data {R}/data --tokenizer {R}/tokenizer"
-        " --out {R}/base/size~{wildcards.size} --config {params.config:q} > {log} 2>&1"
+        "{params.race} pretrain --size {wildcards.size} --data {params.results}/data --tokenizer {params.results}/tokenizer"
+        " --out {params.results}/base/size~{wildcards.size} --config {params.config:q} > {log} 2>&1"

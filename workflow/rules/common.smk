@@ -8,9 +8,11 @@ from race import study as S
 # Cross-field checks (unknown names, rungs below one step, ...) before any job is scheduled.
 STUDY = S.check_config(config)
 R = str(S.results(STUDY))
+RD = R + "/"  # prefix for paths (keeps path literals relative)
 # The package's CLI through this interpreter: works without activating the virtualenv.
 RACE = f"{sys.executable} -m race.cli"
-RUN = R + "/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
+RUN = RD + "runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
+RUN_ = RUN + "/"
 GRID = S.grid_cells(STUDY)
 BUDGETS = [S.format_budget(b) for b in STUDY["budgets"]]
 EXTRA_SEEDS = [s for s in STUDY["race"]["validation_seeds"] if s not in STUDY["seeds"]]
@@ -40,13 +42,13 @@ def cell_of(w):
 def base_input(w):
     """The base policy a cell trains from: pretrained here for ladder sizes."""
     size = S.unslug(STUDY, w.size)
-    return [R + f"/base/size~{size}/pre.json"] if S.is_ladder(size) else []
+    return [RD + f"base/size~{size}/pre.json"] if S.is_ladder(size) else []
 
 
 def reward_inputs(w):
     """The PRM a reward needs, when it is trained here."""
     prm = STUDY["rewards"][w.reward].get("prm")
-    return [R + f"/prm/size~{prm}/prm.json"] if prm in PRMS else []
+    return [RD + f"prm/size~{prm}/prm.json"] if prm in PRMS else []
 
 
 def eval_prm_spec():
@@ -57,7 +59,7 @@ def eval_prm_spec():
 
 def eval_prm_input(w=None):
     prm = eval_prm_spec()
-    return [R + f"/prm/size~{prm}/prm.json"] if prm in PRMS else []
+    return [RD + f"prm/size~{prm}/prm.json"] if prm in PRMS else []
 
 
 def eval_prm_arg(w=None):
@@ -66,11 +68,11 @@ def eval_prm_arg(w=None):
 
 
 def mlflow_input(w=None):
-    return [R + "/mlflow/initialized.json"] if MLFLOW_ON else []
+    return [RD + "mlflow/initialized.json"] if MLFLOW_ON else []
 
 
 def rung_eval(cell, budget):
-    return R + f"/runs/{cell.key}/budget~{budget}/eval.json"
+    return RD + f"runs/{cell.key}/budget~{budget}/eval.json"
 
 
 def grid_evals(w=None):
@@ -78,7 +80,7 @@ def grid_evals(w=None):
 
 
 def base_evals(w=None):
-    return [R + f"/base/size~{s}/eval.json" for s in LADDER]
+    return [RD + f"base/size~{s}/eval.json" for s in LADDER]
 
 
 def validation_evals(w):
@@ -89,6 +91,6 @@ def validation_evals(w):
 
 
 def final_targets():
-    targets = ["reports/report.md", R + "/runs.csv"]
-    targets += [R + f"/prm/size~{p}/prm.json" for p in PRMS]  # the whole feedback ladder
+    targets = ["reports/report.md", RD + "runs.csv"]
+    targets += [RD + f"prm/size~{p}/prm.json" for p in PRMS]  # the whole feedback ladder
     return targets

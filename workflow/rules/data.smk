@@ -2,11 +2,15 @@
 
 
 rule data:
+    conda:
+        "../../envs/race.yaml"
     output:
-        train=R + "/data/train.jsonl",
-        eval_in=R + "/data/eval_in.jsonl",
-        eval_ood=R + "/data/eval_ood.jsonl",
+        train=RD + "data/train.jsonl",
+        eval_in=RD + "data/eval_in.jsonl",
+        eval_ood=RD + "data/eval_ood.jsonl",
     params:
+        race=RACE,
+        results=R,
         config=S.config_slice(STUDY, "task"),
     log:
         "logs/data.log",
@@ -16,12 +20,17 @@ rule data:
         mem_mb=res("data", "mem_mb", 1000),
         runtime=res("data", "runtime", 5),
     shell:
-        "{RACE} data --config {params.config:q} --out {R}/data > {log} 2>&1"
+        "{params.race} data --config {params.config:q} --out {params.results}/data > {log} 2>&1"
 
 
 rule tokenizer:
+    conda:
+        "../../envs/race.yaml"
     output:
-        R + "/tokenizer/tokenizer.json",
+        RD + "tokenizer/tokenizer.json",
+    params:
+        race=RACE,
+        results=R,
     log:
         "logs/tokenizer.log",
     benchmark:
@@ -30,4 +39,4 @@ rule tokenizer:
         mem_mb=res("tokenizer", "mem_mb", 1000),
         runtime=res("tokenizer", "runtime", 5),
     shell:
-        "{RACE} tokenizer --out {R}/tokenizer > {log} 2>&1"
+        "{params.race} tokenizer --out {params.results}/tokenizer > {log} 2>&1"

@@ -3,19 +3,23 @@
 
 
 rule evaluate:
+    conda:
+        "../../envs/race.yaml"
     input:
-        ledger=RUN + "/budget~{budget}/ledger.json",
+        ledger=RUN_ + "budget~{budget}/ledger.json",
         base=base_input,
         data=rules.data.output.eval_in,
         prm=eval_prm_input,
     output:
-        RUN + "/budget~{budget}/eval.json",
+        RUN_ + "budget~{budget}/eval.json",
     params:
+        race=RACE,
+        results=R,
         config=S.config_slice(STUDY, "eval", "mlflow", "study"),
         policy=lambda w: S.base_dir(STUDY, S.unslug(STUDY, w.size)),
         reward=lambda w: json.dumps(S.reward_spec(STUDY, w.reward), sort_keys=True),
         prm=eval_prm_arg,
-        run_dir=RUN,
+        run_dir=lambda w: str(S.run_dir(STUDY, cell_of(w))),
     log:
         "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}/budget~{budget}.eval.log",
     benchmark:
@@ -26,20 +30,24 @@ rule evaluate:
         runtime=res("evaluate", "runtime", 30),
         gpus=res("evaluate", "gpus", 0),
     shell:
-        "{RACE} evaluate --policy {params.policy} --adapter {RUN}/budget~{wildcards.budget}"
-        " --data {R}/data --out {output} --config {params.config:q}"
+        "{params.race} evaluate --policy {params.policy} --adapter {params.run_dir}/budget~{wildcards.budget}"
+        " --data {params.results}/data --out {output} --config {params.config:q}"
         " --reward-json {params.reward:q} {params.prm} --mlflow-run-dir {params.run_dir}"
         " > {log} 2>&1"
 
 
 rule evaluate_base:
+    conda:
+        "../../envs/race.yaml"
     input:
-        base=R + "/base/size~{size}/pre.json",
+        base=RD + "base/size~{size}/pre.json",
         data=rules.data.output.eval_in,
         prm=eval_prm_input,
     output:
-        R + "/base/size~{size}/eval.json",
+        RD + "base/size~{size}/eval.json",
     params:
+        race=RACE,
+        results=R,
         config=S.config_slice(STUDY, "eval", "study"),
         reward=json.dumps(S.reward_spec(STUDY, next(iter(STUDY["rewards"]))), sort_keys=True),
         prm=eval_prm_arg,
@@ -54,5 +62,5 @@ rule evaluate_base:
         mem_mb=res("evaluate", "mem_mb", 2000),
         runtime=res("evaluate", "runtime", 30),
     shell:
-        "{RACE} evaluate --policy {R}/base/size~{wildcards.size} --data {R}/data --out {output}"
+        "{params.race} evaluate --policy {params.results}/base/size~{wildcards.size} --data {params.results}/data --out {output}"
         " --config {params.config:q} --reward-json {params.reward:q} {params.prm} > {log} 2>&1"

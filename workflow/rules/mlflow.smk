@@ -3,9 +3,12 @@
 
 
 rule mlflow_init:
+    conda:
+        "../../envs/race.yaml"
     output:
-        R + "/mlflow/initialized.json",
+        RD + "mlflow/initialized.json",
     params:
+        race=RACE,
         spec=json.dumps(S.mlflow_spec(STUDY).__dict__, sort_keys=True),
         study=STUDY["study"],
     log:
@@ -14,4 +17,4 @@ rule mlflow_init:
         mem_mb=res("mlflow_init", "mem_mb", 1000),
         runtime=res("mlflow_init", "runtime", 5),
     shell:
-        "{RACE} mlflow-init --spec {params.spec:q} --study {params.study} --out {output} > {log} 2>&1"
+        "{params.race} mlflow-init --spec {params.spec:q} --study {params.study} --out {output} > {log} 2>&1"

@@ -3,14 +3,18 @@
 
 
 rule prm:
+    conda:
+        "../../envs/race.yaml"
     input:
         train=rules.data.output.train,
-        policies=expand(R + "/base/size~{size}/pre.json", size=LADDER),
+        policies=expand(RD + "base/size~{size}/pre.json", size=LADDER),
     output:
-        R + "/prm/size~{prm}/prm.json",
+        RD + "prm/size~{prm}/prm.json",
     params:
+        race=RACE,
+        results=R,
         config=S.config_slice(STUDY, "prm"),
-        policies=",".join(R + f"/base/size~{s}" for s in LADDER),
+        policies=",".join(RD + f"base/size~{s}" for s in LADDER),
     wildcard_constraints:
         prm="|".join(PRMS) or "^$",
     log:
@@ -22,5 +26,5 @@ rule prm:
         mem_mb=res("prm", "mem_mb", 2000),
         runtime=res("prm", "runtime", 30),
     shell:
-        "{RACE} prm --size {wildcards.prm} --policies {params.policies} --data {R}/data"
-        " --out {R}/prm/size~{wildcards.prm} --config {params.config:q} > {log} 2>&1"
+        "{params.race} prm --size {wildcards.prm} --policies {params.policies} --data {params.results}/data"
+        " --out {params.results}/prm/size~{wildcards.prm} --config {params.config:q} > {log} 2>&1"

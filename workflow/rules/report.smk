@@ -2,8 +2,10 @@
 
 
 rule report:
+    conda:
+        "../../envs/race.yaml"
     input:
-        R + "/stages.csv",
+        RD + "stages.csv",
     output:
         report(
             "reports/report.md",
@@ -31,6 +33,7 @@ rule report:
             category="Figures",
         ),
     params:
+        race=RACE,
         config=S.config_slice(STUDY, "study", "eval"),
     log:
         "logs/report.log",
@@ -38,4 +41,4 @@ rule report:
         mem_mb=res("report", "mem_mb", 2000),
         runtime=res("report", "runtime", 10),
     shell:
-        "{RACE} report {input} --out reports --config {params.config:q} > {log} 2>&1"
+        "{params.race} report {input} --out reports --config {params.config:q} > {log} 2>&1"

@@ -3,15 +3,18 @@
 
 
 rule train:
+    conda:
+        "../../envs/race.yaml"
     input:
         base=base_input,
         data=rules.data.output.train,
         reward=reward_inputs,
         mlflow=mlflow_input,
     output:
-        rungs=expand(RUN + "/budget~{budget}/ledger.json", budget=BUDGETS, allow_missing=True),
-        done=RUN + "/DONE",
+        rungs=expand(RUN_ + "budget~{budget}/ledger.json", budget=BUDGETS, allow_missing=True),
+        done=RUN_ + "DONE",
     params:
+        race=RACE,
         job=lambda w: S.train_job_json(STUDY, cell_of(w)),
     wildcard_constraints:
         seed="|".join(str(s) for s in STUDY["seeds"]),
@@ -25,7 +28,7 @@ rule train:
         runtime=res("train", "runtime", 60),
         gpus=res("train", "gpus", 0),
     shell:
-        "{RACE} train --job {params.job:q} > {log} 2>&1"
+        "{params.race} train --job {params.job:q} > {log} 2>&1"
 
 
 # Validation runs of the configs the pilot selected, for the seeds the grid does not run;
@@ -33,11 +36,11 @@ rule train:
 use rule train as train_validation with:
     output:
         rungs=expand(
-            RUN + "/budget~{budget}/ledger.json",
+            RUN_ + "budget~{budget}/ledger.json",
             budget=[b for b in BUDGETS if float(b) <= S.validation_budget(STUDY)],
             allow_missing=True,
         ),
-        done=RUN + "/DONE",
+        done=RUN_ + "DONE",
     wildcard_constraints:
         seed="|".join(str(s) for s in EXTRA_SEEDS) or "^$",
     log:

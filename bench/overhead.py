@@ -1,0 +1,107 @@
+"""Metering overhead: vanilla TRL GRPOTrainer vs ``race train`` on the same config, paired in
+one process, N steps each. Prints the ratio of median step times (target <= 1.03).
+
+Both run the same tiny policy, data, LoRA config and GRPOConfig (no MLflow, no meter in the
+vanilla run); the race run adds the per-step meter, ledger, budget callback and metrics file.
+"""
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from race.char_tokenizer import load_tokenizer, save_tokenizer
+from race.ladder import build_ladder_model
+from race.task import TaskSpec, write_splits
+from race.train import Allocation, TrainJob, _dataset, grpo_config, run_training
+
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+ALLOC = Allocation(num_generations=8, prompts_per_step=4, max_completion_length=32)
+
+
+class StepTimer:
+    """A TrainerCallback timing each optimizer step."""
+
+    def __init__(self):
+        from transformers import TrainerCallback
+
+        timer = self
+
+        class _Cb(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kw):
+                timer.t0 = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kw):
+                timer.times.append(time.perf_counter() - timer.t0)
+
+        self.times, self.callback = [], _Cb()
+
+
+def vanilla(root: Path, job: TrainJob) -> list[float]:
+    from peft import LoraConfig
+    from trl import GRPOTrainer
+
+    from race.ladder import load_policy
+    from race.rewards import RuleReward
+
+    tok = load_tokenizer(job.base)
+    dataset, _ = _dataset(job.train_data, tok)
+    timer = StepTimer()
+    args = grpo_config(job, STEPS)
+    args.save_strategy = "no"
+    trainer = GRPOTrainer(model=load_policy(job.base, dtype=torch.float32),
+                          reward_funcs=[RuleReward()], args=args, train_dataset=dataset,
+                          processing_class=tok, callbacks=[timer.callback],
+                          peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=list(
+                              ALLOC.lora_targets), task_type="CAUSAL_LM"))
+    trainer.train()
+    return timer.times
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_splits(TaskSpec(n_train=500, n_eval_in=10, n_eval_ood=10), root / "data")
+        tok = load_tokenizer(save_tokenizer(root / "tok"))
+        build_ladder_model("micro", tok).save_pretrained(root / "base")
+        tok.save_pretrained(root / "base")
+        job = TrainJob(base=str(root / "base"), train_data=str(root / "data/train.jsonl"),
+                       run_dir=str(root / "run"), rungs=[1e15], alloc=ALLOC, save_every=10**6)
+        base = vanilla(root, job)
+        import race.train as rt
+
+        timer = StepTimer()
+        original = rt._budget_callback_class
+
+        def with_stop():
+            cls = original()
+
+            class Stop(cls):
+                def on_step_end(self, args, state, control, **kw):
+                    out = super().on_step_end(args, state, control, **kw)
+                    timer.callback.on_step_end(args, state, control)
+                    if state.global_step >= STEPS:
+                        control.should_training_stop = True
+                        self.run.finished = True
+                    return out
+
+                def on_step_begin(self, args, state, control, **kw):
+                    timer.callback.on_step_begin(args, state, control)
+
+            return Stop
+
+        rt._budget_callback_class = with_stop
+        run_training(job)
+        ours = timer.times
+    skip = 2  # warm-up steps
+    b, o = statistics.median(base[skip:]), statistics.median(ours[skip:])
+    print(f"overhead: {STEPS} steps each; median step vanilla {b * 1e3:.1f} ms, race train "
+          f"{o * 1e3:.1f} ms, ratio {o / b:.3f} (target <= 1.03)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Pure metric logic of the evaluation targets: no models, no I/O.
+
+Conventions: accuracies and rewards are fractions in [0, 1]; every interval is a two-sided 95%
+interval ``(lo, hi)``; sample order is the order in which completions were drawn (index 0 first).
+
+* :func:`wilson` -- Wilson score interval of a binomial proportion (binary accuracies). Unlike
+  the normal ("Wald") interval it stays inside [0, 1] and is not degenerate at 0/n or n/n.
+* :func:`bootstrap_interval` -- percentile bootstrap of a mean over *groups* (one group per
+  prompt): prompts are resampled with replacement, not single completions, because completions
+  of the same prompt are correlated (a cluster bootstrap).
+* :func:`majority_index` -- the majority-vote pick of maj@k.
+* :func:`best_index` -- the pick of PRM best-of-n.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Hashable, Sequence
+
+#: The standard-normal quantile of a two-sided 95% interval (Phi^-1(0.975)).
+Z95 = 1.959963984540054
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of ``successes`` out of ``n`` trials.
+
+    ``centre = (p + z²/2n) / (1 + z²/n)``, ``half = z·sqrt(p(1-p)/n + z²/4n²) / (1 + z²/n)``.
+    Known values (z = 1.96): 0/10 -> (0, 0.2775), 5/10 -> (0.2366, 0.7634),
+    10/10 -> (0.7225, 1).
+    """
+    if n <= 0:
+        raise ValueError(f"wilson: need n >= 1 trials, got {n}")
+    if not 0 <= successes <= n:
+        raise ValueError(f"wilson: successes must be in [0, {n}], got {successes}")
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # At 0/n and n/n one bound is exactly 0 or 1; computed, it is off by float round-off.
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return lo, hi
+
+
+def mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("mean of no values")
+    return math.fsum(values) / len(values)
+
+
+def bootstrap_interval(groups: Sequence[Sequence[float]], reps: int = 2000,
+                       seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the mean of all values, resampling groups.
+
+    Each replicate draws ``len(groups)`` groups with replacement (``random.Random(seed)``:
+    deterministic) and takes the mean of every value in them; the interval is the 2.5% and
+    97.5% order statistics of the ``reps`` replicate means. With equal group sizes the mean of
+    all values equals the mean of the group means.
+    """
+    if not groups or any(len(g) == 0 for g in groups):
+        raise ValueError("bootstrap_interval: need at least one group, none of them empty")
+    if reps < 1:
+        raise ValueError(f"bootstrap_interval: reps must be >= 1, got {reps}")
+    rng = random.Random(seed)
+    sums = [math.fsum(g) for g in groups]
+    sizes = [len(g) for g in groups]
+    k = len(groups)
+    means = []
+    for _ in range(reps):
+        picks = [rng.randrange(k) for _ in range(k)]
+        means.append(math.fsum(sums[i] for i in picks) / sum(sizes[i] for i in picks))
+    means.sort()
+    lo = means[int(math.floor(0.025 * (reps - 1)))]
+    hi = means[int(math.ceil(0.975 * (reps - 1)))]
+    return lo, hi
+
+
+def majority_index(answers: Sequence[Hashable | None]) -> int | None:
+    """Index of the sample that represents the majority final answer, or None.
+
+    ``answers[i]`` is the final answer parsed from sample i (None: no parseable answer).
+    Rules: unparseable answers never win (they are not a vote for anything); the answer with
+    the most votes wins; a tie is broken by the earliest-sampled answer among the tied (the
+    tied answer whose first occurrence has the smallest index). The returned index is that
+    first occurrence. All answers None (or no samples) -> None, which scores as wrong.
+    """
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None
+    top = max(counts.values())
+    return next(i for i, a in enumerate(answers) if a is not None and counts[a] == top)
+
+
+def best_index(scores: Sequence[float]) -> int:
+    """Index of the highest score; ties go to the earliest sample.
+
+    A NaN score ranks below every number (a broken score must not be picked over a real one);
+    if every score is NaN the first sample is picked.
+    """
+    if not scores:
+        raise ValueError("best_index: need at least one score")
+    best, best_i = -math.inf, 0
+    for i, s in enumerate(scores):
+        s = float(s)
+        if not math.isnan(s) and s > best:  # strict ">": the earliest of equal scores stays
+            best, best_i = s, i
+    return best_i

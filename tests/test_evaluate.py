@@ -1,0 +1,412 @@
+"""Evaluation (issue #6): metric logic, selection rules, the real generation path on a tiny
+saved policy (with and without a LoRA adapter), eval FLOPs against FlopCounterMode,
+determinism, the eval.json schema, and the CLI with MLflow."""
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from race import flops
+from race.evaluate import (
+    TARGETS,
+    EvalSpec,
+    Evaluator,
+    SamplePool,
+    Snapshot,
+    batch_flops,
+    evaluate,
+    load_snapshot,
+    rebatched_flops,
+    verifier,
+)
+from race.meter import PhaseFlops
+from race.metrics import best_index, bootstrap_interval, majority_index, wilson
+from race.task import Record, TaskSpec, write_splits
+
+#: Small enough that every evaluate call on a nano policy takes well under a second.
+SMALL = EvalSpec(n_in=10, n_ood=6, max_new_tokens=10, max_new_tokens_ood=14, sample_prompts=4,
+                 k=3, bon_n=4, native_prompts=4, native_samples=2, batch_size=8,
+                 bootstrap_reps=200)
+LORA_TARGETS = ["q_proj", "v_proj", "down_proj"]
+
+
+class FakePRM:
+    """The race.prm scorer interface: score(prompts, completions, aggregate) + consume().
+
+    Scores come from ``fn(prompt, completion)`` (default: the completion's length) or, when
+    ``fixed`` is given, from that list in call order. Charges 7 FLOPs per completion character
+    so that the scoring ledger is visibly the scorer's own.
+    """
+
+    name = "fake-prm"
+
+    def __init__(self, fn=None, fixed=None):
+        self.fn = fn or (lambda p, c: float(len(c)))
+        self.fixed = fixed
+        self.calls = []
+        self.pending = PhaseFlops(0, 0, 0)
+
+    def score(self, prompts, completions, aggregate="min"):
+        self.calls.append((list(prompts), list(completions), aggregate))
+        chars = sum(len(c) for c in completions)
+        p = self.pending
+        self.pending = PhaseFlops(p.model + 7 * chars, p.executed + 9 * chars, p.tokens + chars)
+        if self.fixed is not None:
+            return list(self.fixed)
+        return [self.fn(p, c) for p, c in zip(prompts, completions, strict=True)]
+
+    def consume(self):
+        out, self.pending = self.pending, PhaseFlops(0, 0, 0)
+        return out
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, tokenizer):
+    """Data splits, a random-init nano policy, and a budget rung with a (random) LoRA adapter."""
+    from peft import LoraConfig, get_peft_model
+
+    from race.ladder import build_ladder_model
+
+    root = tmp_path_factory.mktemp("evaluate")
+    write_splits(TaskSpec(n_train=40, n_eval_in=12, n_eval_ood=8), root / "data")
+    build_ladder_model("nano", tokenizer, seed=0).save_pretrained(root / "base")
+    tokenizer.save_pretrained(root / "base")
+    # init_lora_weights=False: random A and B, so the adapter really changes the policy.
+    adapted = get_peft_model(build_ladder_model("nano", tokenizer, seed=0),
+                             LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                        target_modules=LORA_TARGETS, init_lora_weights=False))
+    run = root / "runs" / "size~nano" / "reward~rule" / "alloc~a" / "seed~0"
+    rung = run / "budget~1e+09"
+    adapted.save_pretrained(rung)
+    (rung / "ledger.json").write_text(json.dumps({"step": 7, "budget": 1e9,
+                                                  "model_flops": 123}))
+    return root
+
+
+def _strip_wall(obj):
+    if isinstance(obj, dict):
+        return {k: _strip_wall(v) for k, v in obj.items() if k != "wall_s"}
+    return obj
+
+
+# --------------------------------------------------------------------------- metric logic
+
+
+@pytest.mark.parametrize("k, lo, hi", [(0, 0.0, 0.27753279986288926),
+                                       (5, 0.236593090512564, 0.7634069094874361),
+                                       (10, 0.7224672001371109, 1.0)])
+def test_wilson_known_values(k, lo, hi):
+    # Reference values: scipy.stats.binomtest(k, 10).proportion_ci(method="wilson").
+    got = wilson(k, 10)
+    assert got[0] == pytest.approx(lo, abs=1e-12) and got[1] == pytest.approx(hi, abs=1e-12)
+    assert (got[0] == 0.0) == (k == 0) and (got[1] == 1.0) == (k == 10)
+
+
+def test_wilson_rejects_bad_counts():
+    with pytest.raises(ValueError):
+        wilson(0, 0)
+    with pytest.raises(ValueError):
+        wilson(11, 10)
+
+
+def test_majority_ties_and_unparseable():
+    assert majority_index([5, 7, 7]) == 1  # plain majority: the first sample of the winner
+    assert majority_index([7, 5, 5, 7]) == 0  # 2-2 tie: 7 was sampled first
+    assert majority_index([2, 3, 3, 2, 1]) == 0
+    assert majority_index([None, 4, None, 6]) == 1  # unparseable answers never vote
+    assert majority_index([None, None, 3]) == 2
+    assert majority_index([None, None]) is None and majority_index([]) is None
+
+
+def test_best_of_n_ties_and_nan():
+    assert best_index([0.1, 0.9, 0.9]) == 1  # tie: the earliest sample
+    assert best_index([0.5, 0.5]) == 0
+    assert best_index([float("nan"), 0.2]) == 1  # a NaN score never wins over a number
+    assert best_index([float("nan")] * 3) == 0
+    with pytest.raises(ValueError):
+        best_index([])
+
+
+def test_bootstrap_interval():
+    assert bootstrap_interval([[0.5, 0.5], [0.5, 0.5]], reps=50) == (0.5, 0.5)
+    groups = [[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]
+    lo, hi = bootstrap_interval(groups, reps=500, seed=3)
+    assert 0.0 <= lo < 0.5 < hi <= 1.0
+    assert bootstrap_interval(groups, reps=500, seed=3) == (lo, hi)  # seeded
+
+
+def test_eval_spec_from_config():
+    assert EvalSpec.from_config(None) == EvalSpec()
+    assert EvalSpec.from_config({"targets": None}).targets == TARGETS
+    spec = EvalSpec.from_config({"targets": ["maj_k"], "k": 4, "prm": "micro"})
+    assert spec.targets == ("maj_k",) and spec.k == 4 and spec.prm == "micro"
+    with pytest.raises(ValueError, match="eval.kk"):
+        EvalSpec.from_config({"kk": 4})
+    with pytest.raises(ValueError, match="eval.targets"):
+        EvalSpec(targets=("pass_at_2",))
+    with pytest.raises(ValueError, match="eval.k"):
+        EvalSpec(k=0)
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def _fixed_pool():
+    """Three prompts x four hand-written samples (no model involved)."""
+    records = [Record("a\n", "5"), Record("b\n", "7"), Record("c\n", "3")]
+    texts = [["#### 7", "#### 5", "#### 5", "#### 7"],
+             ["garbage", "#### 7", "#### 8", "x"],
+             ["#### 3", "#### 4", "#### 4", "nonsense"]]
+    rows = [[(3, 4 + i + j) for j in range(4)] for i in range(3)]
+    return SamplePool(records, 4, texts, rows, batches=[], wall_s=0.0)
+
+
+def _fixed_evaluator(spec, prm=None):
+    snap = Snapshot(None, None, flops.resolve_arch("nano"), None, "p", None, False)
+    return Evaluator(snap, [], [], spec, prm=prm)
+
+
+def test_maj_k_selection_on_fixed_samples():
+    pool = _fixed_pool()
+    # k=4: 7-vs-5 tie -> 7 (sampled first, wrong); 7 beats 8 (right); 4 beats 3 (wrong).
+    assert _fixed_evaluator(replace(SMALL, k=4)).maj_k(pool).correct == 1
+    # k=2: [7, 5] tie -> 7 (wrong); [None, 7] -> 7 (right); [3, 4] tie -> 3 (right).
+    result = _fixed_evaluator(replace(SMALL, k=2)).maj_k(pool)
+    assert (result.correct, result.n, result.samples) == (2, 3, 6)
+    assert result.acc == pytest.approx(2 / 3) and (result.lo, result.hi) == wilson(2, 3)
+    # Only a prefix of the pool is used: charged as its own 6 rows generated alone.
+    model = sum(flops.generate_flops(flops.resolve_arch("nano"), p, g)
+                for group in pool.rows for p, g in group[:2])
+    assert result.generation.model == model and result.generation.tokens == sum(
+        g for group in pool.rows for _, g in group[:2])
+
+
+def test_prm_best_of_n_selection_on_fixed_samples():
+    # Per prompt: argmax is "#### 7" (wrong); a 0.7-0.7 tie between "#### 7" (right) and "x";
+    # a 0.6-0.6 tie between "#### 3" (right) and "#### 4". Earliest-wins gives 2/3; a
+    # latest-wins tie rule would give 0/3.
+    scores = [0.1, 0.2, 0.1, 0.95, 0.1, 0.7, 0.2, 0.7, 0.6, 0.6, 0.1, 0.0]
+    prm = FakePRM(fixed=scores)
+    result = _fixed_evaluator(replace(SMALL, bon_n=4, prm_aggregate="last"), prm).prm_bon(
+        _fixed_pool())
+    assert (result.correct, result.n, result.samples) == (2, 3, 12)
+    prompts, completions, aggregate = prm.calls[0]
+    assert len(prm.calls) == 1 and aggregate == "last"  # one batched call for all samples
+    assert prompts == ["a\n"] * 4 + ["b\n"] * 4 + ["c\n"] * 4
+    chars = sum(len(c) for c in completions)
+    assert result.scoring == PhaseFlops(7 * chars, 9 * chars, chars)
+    assert result.flops.model == result.generation.model + 7 * chars
+
+
+# --------------------------------------------------------------------------- real path
+
+
+def test_snapshot_with_adapter(root):
+    import torch
+
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    base = load_snapshot(root / "base")
+    rung = next((root / "runs").rglob("budget~*"))
+    merged = load_snapshot(root / "base", rung, merge=True)
+    unmerged = load_snapshot(root / "base", rung, merge=False)
+    with torch.no_grad():
+        logits = [s.model(input_ids=ids).logits for s in (base, merged, unmerged)]
+    assert not torch.allclose(logits[0], logits[1], atol=1e-3)  # the adapter changes the policy
+    assert torch.allclose(logits[1], logits[2], atol=1e-4)  # merging does not
+    assert base.lora is None and merged.lora is None and merged.merged
+    assert unmerged.lora == flops.LoraSpec(4, tuple(sorted(LORA_TARGETS)))
+
+
+def _count(evaluator, fn):
+    from race.flop_counter import count_flops
+
+    with count_flops() as fc:
+        result = fn(evaluator)
+    return result, fc.total
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_eval_flops_match_flop_counter(root, merge):
+    """Greedy in_pass1 with eager attention: the ledger's executed FLOPs are what torch ran."""
+    from race.task import load_jsonl
+
+    spec = replace(SMALL, attn_implementation="eager", merge_adapter=merge)
+    rung = next((root / "runs").rglob("budget~*"))
+    snap = load_snapshot(root / "base", rung, merge=merge, attn_implementation="eager")
+    evaluator = Evaluator(snap, load_jsonl(root / "data" / "eval_in.jsonl"), [], spec)
+    result, measured = _count(evaluator, lambda e: e.pass1(e.eval_in[:spec.n_in],
+                                                           spec.max_new_tokens))
+    assert result.n == 10 and result.samples == 10
+    assert abs(result.flops.executed - measured) <= 0.01 * measured
+    assert result.flops.model < result.flops.executed
+    assert evaluator.executed_total == result.flops
+    if not merge:  # the unmerged adapters' FLOPs are charged (~3% here): without them the
+        # same greedy generation would be estimated more than 1% low
+        plain = Evaluator(replace(snap, lora=None), evaluator.eval_in, [], spec)
+        without = plain.pass1(plain.eval_in[:spec.n_in], spec.max_new_tokens)
+        assert without.flops.tokens == result.flops.tokens
+        assert measured - without.flops.executed > 0.01 * measured
+
+
+def test_evaluate_schema_and_sharing(root, tmp_path):
+    out = tmp_path / "rung" / "eval.json"
+    prm = FakePRM()
+    payload = evaluate(root / "base", root / "data", out, SMALL, reward={"type": "rule"},
+                       prm=prm)
+    assert json.loads(out.read_text()) == payload
+    assert [p.name for p in out.parent.iterdir()] == ["eval.json"]  # no temp file left behind
+    assert payload["format"] == "race-eval/1" and payload["phase"] == "eval"
+    assert payload["rung"] == {"step": 0, "budget": None, "train_model_flops": 0}
+    assert list(payload["targets"]) == list(TARGETS)
+    expected_n = {"in_pass1": 10, "ood_pass1": 6, "maj_k": 4, "prm_bon": 4, "native_reward": 4}
+    expected_samples = {"in_pass1": 10, "ood_pass1": 6, "maj_k": 12, "prm_bon": 16,
+                        "native_reward": 8}
+    for target, r in payload["targets"].items():
+        assert r["skipped"] is None
+        assert r["n"] == expected_n[target] and r["samples"] == expected_samples[target]
+        assert 0.0 <= r["lo"] <= r["acc"] <= r["hi"] <= 1.0
+        assert r["interval"] == ("bootstrap" if target == "native_reward" else "wilson")
+        f = r["flops"]
+        assert all(isinstance(f[k], int) for k in ("model", "executed", "tokens"))
+        assert 0 < f["model"] <= f["executed"] and f["tokens"] > 0
+        parts = r["flops_parts"]
+        assert f["model"] == parts["generation"]["model"] + parts["scoring"]["model"]
+    # One shared pool of max(k, bon_n) = 4 samples: best-of-4 uses all of it, maj@3 a prefix.
+    assert len(prm.calls) == 1 and len(prm.calls[0][1]) == 16
+    bon, maj = payload["targets"]["prm_bon"], payload["targets"]["maj_k"]
+    assert bon["details"]["pool_samples_per_prompt"] == 4
+    assert bon["flops_parts"]["scoring"]["model"] == 7 * sum(len(c) for c in prm.calls[0][1])
+    assert maj["flops"]["model"] < bon["flops_parts"]["generation"]["model"]
+    charged, ran = payload["charged_total"], payload["executed_total"]
+    assert charged["model"] == sum(r["flops"]["model"] for r in payload["targets"].values())
+    assert ran["model"] == charged["model"] - maj["flops"]["model"]  # the pool ran once
+    # Without sharing every target's ledger is what it ran.
+    alone = evaluate(root / "base", root / "data", None, replace(SMALL, share_samples=False),
+                     reward={"type": "rule"}, prm=FakePRM())
+    assert alone["charged_total"] == alone["executed_total"]
+
+
+def test_pool_rebatching_model_flops(root):
+    from race.task import load_jsonl
+
+    snap = load_snapshot(root / "base")
+    evaluator = Evaluator(snap, load_jsonl(root / "data" / "eval_in.jsonl"), [], SMALL)
+    pool = evaluator.sample_pool(evaluator.eval_in[:5], 3, max_new_tokens=8, temperature=1.0,
+                                 salt=1)
+    real = batch_flops(snap.arch, pool.batches)
+    again = rebatched_flops(snap.arch, pool.prefix_rows(3), SMALL.batch_size)
+    assert again.model == real.model and again.tokens == real.tokens
+    assert again.executed >= again.model
+
+
+def test_missing_prm_and_reward_are_skipped(root):
+    payload = evaluate(root / "base", root / "data", None, SMALL)
+    for target in ("prm_bon", "native_reward"):
+        r = payload["targets"][target]
+        assert r["acc"] is None and r["lo"] is None and r["n"] == 0
+        assert "no " in r["skipped"] and r["flops"] == {"model": 0, "executed": 0, "tokens": 0}
+    assert payload["settings"]["prm"] is None
+
+
+def test_empty_split_is_skipped(root):
+    snap = load_snapshot(root / "base")
+    results = Evaluator(snap, [], [], replace(SMALL, targets=("ood_pass1", "maj_k"))).run()
+    assert all(r.skipped and r.acc is None for r in results.values())
+
+
+def test_math_verifier_votes_on_numbers():
+    is_correct, key = verifier("math")
+    texts = ["so 1,000", "#### 1000.0", "it is 7", "#### 7"]
+    assert [key(t) for t in texts] == [1000.0, 1000.0, 7.0, 7.0]
+    pick = majority_index([key(t) for t in texts])  # 2-2 tie: 1000 was sampled first
+    assert pick == 0 and is_correct(texts[pick], "1000")
+
+
+def test_evaluate_is_deterministic(root):
+    rung = next((root / "runs").rglob("budget~*"))
+    runs = [evaluate(root / "base", root / "data", None, SMALL, adapter=rung,
+                     reward={"type": "rule"}, prm=FakePRM()) for _ in range(2)]
+    assert _strip_wall(runs[0]) == _strip_wall(runs[1])
+    assert runs[0]["rung"]["step"] == 7 and runs[0]["adapter_merged"]
+    other_seed = evaluate(root / "base", root / "data", None, replace(SMALL, seed=1),
+                          adapter=rung, reward={"type": "rule"}, prm=FakePRM())
+    assert (other_seed["targets"]["maj_k"]["flops"]
+            != runs[0]["targets"]["maj_k"]["flops"])  # the seed matters for sampled targets
+    assert (_strip_wall(other_seed["targets"]["in_pass1"])
+            == _strip_wall(runs[0]["targets"]["in_pass1"]))  # greedy does not
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _write_random_prm(path: Path, tokenizer) -> Path:
+    """A random-init token-classification PRM directory (race.prm's on-disk layout)."""
+    from transformers import Qwen2ForTokenClassification
+
+    from race.ladder import ladder_config
+
+    config = ladder_config("nano", len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    config.num_labels = 2
+    Qwen2ForTokenClassification(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    (path / "prm.json").write_text(json.dumps({"size": "nano"}))
+    return path
+
+
+def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
+    pytest.importorskip("race.prm")
+    from mlflow.tracking import MlflowClient
+
+    from race.cli import main
+    from race.tracking import MlflowSpec, RunLogger
+
+    rung = next((root / "runs").rglob("budget~*"))
+    run_dir = rung.parent
+    ml = {"enabled": True, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+          "artifact_root": str(tmp_path / "artifacts")}
+    spec = MlflowSpec(**ml, experiment="evaltest")
+    RunLogger(spec, run_dir, "size~nano/reward~rule/alloc~a/seed~0", "evaltest",
+              params={}).finish()  # what training leaves behind: a run and mlflow_run_id
+    small = {k: v for k, v in vars(SMALL).items() if k != "targets"}
+    config = json.dumps({"eval": small, "mlflow": ml, "study": "evaltest"})
+    prm_dir = _write_random_prm(tmp_path / "prm", tokenizer)
+    out = rung / "eval.json"
+    rc = main(["evaluate", "--policy", str(root / "base"), "--adapter", str(rung),
+               "--data", str(root / "data"), "--out", str(out), "--config", config,
+               "--reward-json", '{"type": "rule"}', "--prm", str(prm_dir),
+               "--mlflow-run-dir", str(run_dir), "--train-temperature", "0.7"])
+    assert rc == 0
+    payload = json.loads(out.read_text())
+    assert payload["settings"]["native_temperature"] == 0.7
+    assert payload["settings"]["prm"] == str(prm_dir)
+    bon = payload["targets"]["prm_bon"]
+    assert bon["skipped"] is None and bon["flops_parts"]["scoring"]["model"] > 0
+    client = MlflowClient(tracking_uri=ml["tracking_uri"])
+    run_id = (run_dir / "mlflow_run_id").read_text().strip()
+    for target in TARGETS:
+        history = client.get_metric_history(run_id, f"eval/{target}")
+        assert [(m.step, m.value) for m in history] == [
+            (7, pytest.approx(payload["targets"][target]["acc"]))]
+        lo = client.get_metric_history(run_id, f"eval/{target}_lo")
+        assert math.isclose(lo[0].value, payload["targets"][target]["lo"])
+
+
+def test_cli_base_policy(root, tmp_path, capsys):
+    from race.cli import main
+
+    out = tmp_path / "base" / "eval.json"
+    config = json.dumps({"eval": {"targets": ["in_pass1", "prm_bon"], "n_in": 4,
+                                  "max_new_tokens": 6}, "study": "t"})
+    assert main(["evaluate", "--policy", str(root / "base"), "--data", str(root / "data"),
+                 "--out", str(out), "--config", config]) == 0
+    payload = json.loads(out.read_text())
+    assert list(payload["targets"]) == ["in_pass1", "prm_bon"]
+    assert payload["targets"]["in_pass1"]["n"] == 4
+    assert payload["targets"]["prm_bon"]["skipped"]
+    assert "prm_bon: skipped" in capsys.readouterr().out
