@@ -57,6 +57,13 @@ def rung_dir(run_dir: str | Path, budget: float) -> Path:
     return Path(run_dir) / f"budget~{format_budget(budget)}"
 
 
+def rung_complete(run_dir: str | Path, budget: float) -> bool:
+    """A rung snapshot is complete when its ledger and DONE marker are both there (Snakemake
+    deletes a rerun job's declared outputs, the ledgers, before running it)."""
+    folder = rung_dir(run_dir, budget)
+    return (folder / DONE).exists() and (folder / "ledger.json").exists()
+
+
 @dataclass(frozen=True)
 class Allocation:
     """How a step's compute is shaped (one named entry under ``allocations:``)."""
@@ -441,8 +448,7 @@ def run_training(job: TrainJob) -> dict:
     from race.rewards import build_reward
 
     run_dir = Path(job.run_dir)
-    if (run_dir / DONE).exists() and all(
-            (rung_dir(run_dir, b) / DONE).exists() for b in job.rungs):
+    if (run_dir / DONE).exists() and all(rung_complete(run_dir, b) for b in job.rungs):
         return json.loads((rung_dir(run_dir, job.budget) / "ledger.json").read_text())
     if (run_dir / DONE).exists():
         # A rung's output was deleted after the run finished: retrain from scratch (the run
@@ -471,9 +477,18 @@ def run_training(job: TrainJob) -> dict:
     resume = latest_checkpoint(run_dir)
     if resume is not None:
         run.restore(resume)
-    elif (run_dir / "metrics.jsonl").exists():
+        lost = [b for b in run.rungs_done if not rung_complete(run_dir, b)]
+        if lost or any(b not in job.rungs for b in run.rungs_done):
+            # A rung snapshot taken before this checkpoint is gone (or the rungs changed):
+            # only a fresh run can rewrite it. Deterministic, so every rung comes out the same.
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+            run = MeteredRun(job, arch, reward, max_prompt)
+            resume = None
+    if resume is None and (run_dir / "metrics.jsonl").exists():
         (run_dir / "metrics.jsonl").unlink()  # a run killed before its first checkpoint
 
+    if len(run.rungs_done) == len(job.rungs):  # killed after its last snapshot
+        return _finish(run, job, run_dir)
     if job.mlflow is not None and getattr(job.mlflow, "enabled", False):
         from race.tracking import RunLogger
 
@@ -506,10 +521,14 @@ def run_training(job: TrainJob) -> dict:
     finally:
         if run.logger is not None:
             run.logger.finish(status)
+    return _finish(run, job, run_dir)
+
+
+def _finish(run: MeteredRun, job: TrainJob, run_dir: Path) -> dict:
     summary = ledger_summary(run.ledger, job.budget, dict(run.counters))
-    (run_dir / DONE).write_text("")
     summary.pop("rows")
     _atomic_write(run_dir / "train.json", json.dumps(summary, indent=1, sort_keys=True))
+    (run_dir / DONE).write_text("")
     return summary
 
 

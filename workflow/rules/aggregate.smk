@@ -20,7 +20,7 @@ rule aggregate_grid:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{params.race} aggregate --config {params.config:q} --out {output} > {log} 2>&1"
+        "{params.race} aggregate --config {params.config:q} --out {output[0]} > {log} 2>&1"
 
 
 # RACE: rank the pilot (low rungs, one seed), select top-k + baseline per reward x target.
@@ -43,7 +43,7 @@ checkpoint select:
         runtime=res("aggregate", "runtime", 10),
     shell:
         "{params.race} select {input} --top-k {params.top_k} --baseline {params.baseline}"
-        " --targets {params.targets} --out {output} > {log} 2>&1"
+        " --targets {params.targets} --out {output[0]} > {log} 2>&1"
 
 
 rule aggregate:
@@ -66,4 +66,4 @@ rule aggregate:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{params.race} aggregate --config {params.config:q} {params.selected} --out {output} > {log} 2>&1"
+        "{params.race} aggregate --config {params.config:q} {params.selected} --out {output[0]} > {log} 2>&1"
