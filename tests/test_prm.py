@@ -86,10 +86,15 @@ def _save_qwen_math(path, tok) -> QwenMathPRMModule:
 
 
 @pytest.fixture(scope="module")
-def qwen_math_dir(tmp_path_factory):
+def qwen_math_saved(tmp_path_factory):
+    """(directory, the module that was saved there) of a tiny Qwen-Math-convention PRM."""
     path = tmp_path_factory.mktemp("qwen_math")
-    _save_qwen_math(path, _qwen_math_tokenizer())
-    return path
+    return path, _save_qwen_math(path, _qwen_math_tokenizer()).eval()
+
+
+@pytest.fixture(scope="module")
+def qwen_math_dir(qwen_math_saved):
+    return qwen_math_saved[0]
 
 
 # --------------------------------------------------------------------------- data and labels
@@ -364,10 +369,10 @@ def test_qwen_math_checkpoint_uses_the_official_key_names(qwen_math_dir):
     assert config["architectures"] == ["Qwen2ForProcessRewardModel"]
 
 
-def test_qwen_math_scores_equal_a_manual_computation(qwen_math_dir):
+def test_qwen_math_scores_equal_a_manual_computation(qwen_math_saved):
+    qwen_math_dir, module = qwen_math_saved  # the module as it was before saving
     prm = load_feedback_model(str(qwen_math_dir), attn_implementation="eager")
     assert isinstance(prm, QwenMathPRM) and not prm.chat
-    module = QwenMathPRMModule.from_pretrained(qwen_math_dir, dtype=torch.float32).eval()
     tok = prm.tokenizer
     sep = tok.convert_tokens_to_ids(QWEN_STEP_TOKEN)
     completions = [GOOD, "17+8=25\n#### 25", ""]

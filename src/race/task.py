@@ -263,7 +263,7 @@ class Record:
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict]) -> None:
-    """Write records atomically (a unique temp file, then rename): a crash never leaves half a file."""
+    """Write records atomically (unique temp file, then rename): never half a file."""
     import os
     import tempfile
 
