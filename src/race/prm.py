@@ -52,7 +52,7 @@ in best-of-n; :meth:`FeedbackModel.consume` returns and resets them):
 * tokens: real tokens the feedback model read.
 
 ``bound(rows, P, C)`` (budget stop) = ``rows`` x the model FLOPs of one row of
-``ceil(e·(P + C)) + s + t`` tokens, where P, C are policy tokens, ``e`` the most PRM tokens one
+``e·(P + C) + s + t`` tokens, where P, C are policy tokens, ``e`` the most PRM tokens one
 policy token can become (measured over the policy's vocabulary when its tokenizer is given,
 else 1: same tokenization), ``s`` the separator appended to the last line and ``t`` the chat
 template's own tokens. It assumes the PRM tokenizer never splits a concatenation into more
@@ -68,6 +68,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -323,6 +324,19 @@ def probe_text(policy_tokenizer=None) -> str:
     return PROBE_TEXT + "".join(_vocabulary_texts(policy_tokenizer))
 
 
+@contextmanager
+def _quiet_transformers():
+    """transformers' warnings off inside the block (expected load-report entries)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
 def _check_loaded(name: str, info: dict) -> None:
     missing = info.get("missing_keys") or []
     if missing:
@@ -435,9 +449,10 @@ class QwenMathPRMModule(torch.nn.Module):
         from transformers import Qwen2Model
 
         path, name = Path(path), name or str(path)
-        backbone, info = Qwen2Model.from_pretrained(
-            str(path), use_safetensors=True, attn_implementation=attn_implementation,
-            dtype=dtype, output_loading_info=True)
+        with _quiet_transformers():  # its load report lists the score.* keys loaded below
+            backbone, info = Qwen2Model.from_pretrained(
+                str(path), use_safetensors=True, attn_implementation=attn_implementation,
+                dtype=dtype, output_loading_info=True)
         _check_loaded(name, info)
         module = cls(backbone.config, backbone)
         head = {}
@@ -702,9 +717,9 @@ class PRMSpec:
     target_positive_rate: float = 0.6  # balance synthetic data towards this step rate ...
     balance_tolerance: float = 0.1  # ... when the samples are farther than this from it
     heldout_frac: float = 0.2  # prompts held out for AUC / accuracy
-    steps: int = 300  # optimizer steps
+    steps: int = 400  # optimizer steps
     batch_size: int = 32  # completions per step
-    learning_rate: float = 2e-3  # AdamW peak; linear warmup then cosine to 10%
+    learning_rate: float = 3e-4  # AdamW peak; linear warmup then cosine to 10%
     warmup_frac: float = 0.05
     weight_decay: float = 0.01
     init: str = "auto"  # random | base | auto (base when a same-size base policy is given)
@@ -840,9 +855,10 @@ def init_classifier(size: str, tokenizer, policies: Sequence[str], spec: PRMSpec
                          f"{list(policies)}")
     torch.manual_seed(spec.seed)
     if spec.init != "random" and same:
-        model = Qwen2ForTokenClassification.from_pretrained(
-            same[0], num_labels=2, use_safetensors=True,
-            attn_implementation=spec.attn_implementation, dtype=torch.float32)
+        with _quiet_transformers():  # its load report lists the new score head as missing
+            model = Qwen2ForTokenClassification.from_pretrained(
+                same[0], num_labels=2, use_safetensors=True,
+                attn_implementation=spec.attn_implementation, dtype=torch.float32)
         return model, same[0]
     config._attn_implementation = spec.attn_implementation
     return Qwen2ForTokenClassification(config), "random"
@@ -873,7 +889,8 @@ def _phase(p: PhaseFlops) -> dict:
 
 def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
               out_dir: str | Path, spec: PRMSpec = PRMSpec()) -> dict:
-    """Train PRM ladder size ``size`` on step labels; returns the ``prm.json`` record.
+    """Train PRM ladder size ``size`` on step labels; returns the ``prm.json`` record
+    (metrics that are undefined -- one class only among the held-out steps -- are None).
 
     1. the first ``n_prompts`` train-split prompts; each base policy in ``policies`` samples
        ``samples_per_prompt`` completions per prompt (``temperature``), so the PRM sees the
@@ -958,7 +975,8 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
         "wall_s": round(time.perf_counter() - t0, 3),
         "spec": asdict(spec),
     }
-    (out / "prm.json").write_text(json.dumps(_finite(record), indent=2, sort_keys=True) + "\n")
+    record = _finite(record)  # a metric without both classes is nan: null in JSON
+    (out / "prm.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
 
 

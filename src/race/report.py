@@ -85,6 +85,10 @@ def read_config(config: Mapping | str | Path | None) -> dict:
         return {}
     if isinstance(config, Mapping):
         return dict(config)
+    if str(config).lstrip().startswith("{"):  # the workflow passes its config slice as JSON
+        import json
+
+        return json.loads(str(config))
     import yaml  # only when a path is given: the reports need no YAML otherwise
 
     return yaml.safe_load(Path(config).read_text()) or {}
