@@ -83,7 +83,8 @@ def test_duplicate_names_are_rejected(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("RACE_E2E") != "1",
-                    reason="end-to-end smoke run (~5-8 min): set RACE_E2E=1; its rebuild-after-delete "
+                    reason="end-to-end smoke run (~5-8 min): set RACE_E2E=1; its "
+                           "rebuild-after-delete "
                            "check still fails (see the session note)")
 def test_smoke_study_end_to_end(tmp_path):
     wd = workdir(tmp_path)
