@@ -62,9 +62,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -627,22 +625,11 @@ def _sharing_note(spec: EvalSpec) -> str:
 
 
 def write_json_atomic(path: str | Path, payload: dict) -> Path:
-    """Write JSON via a temporary file in the same folder and ``os.replace``: a reader (or a
-    crash) never sees half a file. FLOPs stay JSON integers (exact at any size)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Write JSON atomically (a reader, or a crash, never sees half a file). FLOPs stay
+    JSON integers (exact at any size)."""
+    from race.atomic import write_text_atomic
+
+    return write_text_atomic(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
 
 
 # --------------------------------------------------------------------------- MLflow

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 
 def register(sub) -> None:
@@ -40,22 +39,10 @@ def register(sub) -> None:
 
 
 def read_config(source: str | None) -> dict:
-    """The study config through race.study.load_config (validated) when that module exists,
-    else plain ``yaml.safe_load`` / ``json.loads``."""
-    if not source:
-        return {}
-    try:
-        from race.study import load_config
-    except ImportError:
-        load_config = None
-    if load_config is not None:
-        return load_config(source)
-    text = str(source).lstrip()
-    if text.startswith("{"):
-        return json.loads(text)
-    import yaml
+    """The study config (a YAML file, validated, or the workflow's inline JSON slice)."""
+    from race.study import load_config
 
-    return yaml.safe_load(Path(source).read_text()) or {}
+    return load_config(source) if source else {}
 
 
 def main(args) -> int:

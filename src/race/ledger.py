@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -160,21 +158,11 @@ class Ledger:
         return cls([LedgerRow(**row) for row in payload["rows"]])
 
     def save(self, path: str | Path) -> Path:
-        """Write atomically: a temporary file in the same directory, then ``os.replace``, so a
-        reader (or a crash) never sees a half-written ledger."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(self.to_json())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        """Write atomically (:func:`race.atomic.write_text_atomic`): a reader, or a crash,
+        never sees a half-written ledger."""
+        from race.atomic import write_text_atomic
+
+        return write_text_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> Ledger:

@@ -10,7 +10,6 @@ The config's ``prm:`` section (minus ``sizes``) sets :class:`race.prm.PRMSpec`; 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -26,23 +25,10 @@ def register(subparsers) -> None:
 
 
 def read_prm_section(source: str | None) -> dict:
-    """The ``prm:`` section of a config: through ``race.study.load_config`` (validated) when
-    that module is importable, else plain ``json.loads`` / ``yaml.safe_load``."""
-    if not source:
-        return {}
-    try:
-        from race.study import load_config
-    except ImportError:
-        load_config = None
-    if load_config is not None:
-        config = load_config(source)
-    elif str(source).lstrip().startswith("{"):
-        config = json.loads(source)
-    else:
-        import yaml
+    """The ``prm:`` section of a config (a YAML file, validated, or the workflow's JSON)."""
+    from race.study import load_config
 
-        config = yaml.safe_load(Path(source).read_text()) or {}
-    return config.get("prm") or {}
+    return (load_config(source).get("prm") or {}) if source else {}
 
 
 def main(args) -> int:

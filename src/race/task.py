@@ -263,17 +263,10 @@ class Record:
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict]) -> None:
-    """Write records atomically (unique temp file, then rename): never half a file."""
-    import os
-    import tempfile
+    """Write records atomically (race.atomic): a crash never leaves half a file."""
+    from race.atomic import write_text_atomic
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        for r in records:
-            f.write(json.dumps(r, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
 def load_jsonl(path: str | Path) -> list[Record]:

@@ -12,7 +12,6 @@ asynchronously, so logging stays off the training step's critical path.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,9 +72,9 @@ class RunLogger:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         if not id_file.exists() or id_file.read_text().strip() != run_id:
             # Atomic: parallel evaluate jobs of the same cell read this file.
-            tmp = id_file.with_name(f".{id_file.name}.{os.getpid()}")
-            tmp.write_text(run_id + "\n")
-            os.replace(tmp, id_file)
+            from race.atomic import write_text_atomic
+
+            write_text_atomic(id_file, run_id + "\n")
         self.run_id = run_id
         self.logged_steps = self._logged_steps()
         self._pending = []

@@ -142,11 +142,9 @@ class TrainJob:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    from race.atomic import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 def ledger_summary(ledger: Ledger, budget: float, counters: dict) -> dict:
