@@ -40,8 +40,18 @@ def main() -> None:
         wall = time.perf_counter() - t0
         cells = 10 ** 4
         status = "ok" if proc.returncode == 0 else f"failed: {(proc.stdout + proc.stderr)[-800:]}"
-        print(f"dag_scale: {cells} cells x 3 rungs, snakemake -n wall {wall:.1f} s "
-              f"(target <= 20 s) [{status}]")
+        jobs = planned_jobs(proc.stdout)
+        print(f"dag_scale: {cells} cells x 3 rungs = {jobs} jobs, snakemake -n wall {wall:.1f} s "
+              f"(target <= 20 s), {1e3 * wall / max(jobs, 1):.2f} ms per job [{status}]")
+
+
+def planned_jobs(dry_run_stdout: str) -> int:
+    """The 'total' row of a dry run's job stats (0 if absent)."""
+    for line in dry_run_stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "total" and parts[1].isdigit():
+            return int(parts[1])
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,13 @@
 """Metering overhead: vanilla TRL GRPOTrainer vs ``race train`` on the same config, paired in
 one process, N steps each. Prints the ratio of median step times (target <= 1.03).
 
-Both run the same tiny policy, data, LoRA config and GRPOConfig (no MLflow, no meter in the
-vanilla run); the race run adds the per-step meter, ledger, budget callback and metrics file.
+    python bench/overhead.py [STEPS] [ROUNDS]
+
+Both run the same tiny policy (micro), data, LoRA config and GRPOConfig. The vanilla run has no
+meter and no MLflow; the race run is what a study runs: the per-step meter, ledger, budget
+callback, metrics file and MLflow logging (sqlite in a temporary directory). The two alternate
+over ROUNDS rounds (vanilla, race, race, vanilla, ...) so that drifting machine load hits both
+alike; the first two steps of every run are warm-up and not timed.
 """
 
 import statistics
@@ -19,6 +24,7 @@ from race.task import TaskSpec, write_splits
 from race.train import Allocation, TrainJob, _dataset, grpo_config, run_training
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 ALLOC = Allocation(num_generations=8, prompts_per_step=4, max_completion_length=32)
 
 
@@ -61,46 +67,65 @@ def vanilla(root: Path, job: TrainJob) -> list[float]:
     return timer.times
 
 
+def race_run(job: TrainJob) -> list[float]:
+    """Step times of ``race train`` on ``job``, stopped after STEPS steps."""
+    import race.train as rt
+
+    timer = StepTimer()
+    original = rt._budget_callback_class
+
+    def with_stop():
+        cls = original()
+
+        class Stop(cls):
+            def on_step_end(self, args, state, control, **kw):
+                out = super().on_step_end(args, state, control, **kw)
+                timer.callback.on_step_end(args, state, control)
+                if state.global_step >= STEPS:
+                    control.should_training_stop = True
+                    self.run.finished = True
+                return out
+
+            def on_step_begin(self, args, state, control, **kw):
+                timer.callback.on_step_begin(args, state, control)
+
+        return Stop
+
+    rt._budget_callback_class = with_stop
+    try:
+        run_training(job)
+    finally:
+        rt._budget_callback_class = original
+    return timer.times
+
+
 def main() -> None:
+    from race.tracking import MlflowSpec
+
     torch.set_num_threads(1)
+    skip = 2  # warm-up steps of every run
+    vanilla_times, race_times = [], []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_splits(TaskSpec(n_train=500, n_eval_in=10, n_eval_ood=10), root / "data")
         tok = load_tokenizer(save_tokenizer(root / "tok"))
         build_ladder_model("micro", tok).save_pretrained(root / "base")
         tok.save_pretrained(root / "base")
-        job = TrainJob(base=str(root / "base"), train_data=str(root / "data/train.jsonl"),
-                       run_dir=str(root / "run"), rungs=[1e15], alloc=ALLOC, save_every=10**6)
-        base = vanilla(root, job)
-        import race.train as rt
-
-        timer = StepTimer()
-        original = rt._budget_callback_class
-
-        def with_stop():
-            cls = original()
-
-            class Stop(cls):
-                def on_step_end(self, args, state, control, **kw):
-                    out = super().on_step_end(args, state, control, **kw)
-                    timer.callback.on_step_end(args, state, control)
-                    if state.global_step >= STEPS:
-                        control.should_training_stop = True
-                        self.run.finished = True
-                    return out
-
-                def on_step_begin(self, args, state, control, **kw):
-                    timer.callback.on_step_begin(args, state, control)
-
-            return Stop
-
-        rt._budget_callback_class = with_stop
-        run_training(job)
-        ours = timer.times
-    skip = 2  # warm-up steps
-    b, o = statistics.median(base[skip:]), statistics.median(ours[skip:])
-    print(f"overhead: {STEPS} steps each; median step vanilla {b * 1e3:.1f} ms, race train "
-          f"{o * 1e3:.1f} ms, ratio {o / b:.3f} (target <= 1.03)")
+        mlflow = MlflowSpec(tracking_uri=f"sqlite:///{root}/mlflow.db",
+                            artifact_root=str(root / "artifacts"), experiment="overhead")
+        for r in range(ROUNDS):
+            job = TrainJob(base=str(root / "base"), train_data=str(root / "data/train.jsonl"),
+                           run_dir=str(root / f"run{r}"), rungs=[1e15], alloc=ALLOC,
+                           save_every=10**6, run_key=f"overhead/round~{r}", mlflow=mlflow)
+            order = ["vanilla", "race"] if r % 2 == 0 else ["race", "vanilla"]
+            for kind in order:
+                if kind == "vanilla":
+                    vanilla_times += vanilla(root, job)[skip:]
+                else:
+                    race_times += race_run(job)[skip:]
+    b, o = statistics.median(vanilla_times), statistics.median(race_times)
+    print(f"overhead: {ROUNDS} rounds x {STEPS} steps each; median step vanilla "
+          f"{b * 1e3:.1f} ms, race train {o * 1e3:.1f} ms, ratio {o / b:.3f} (target <= 1.03)")
 
 
 if __name__ == "__main__":

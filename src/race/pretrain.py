@@ -58,8 +58,11 @@ def greedy_accuracy(model, tokenizer, records, max_new_tokens: int) -> tuple[flo
 
 
 def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path,
-             spec: PretrainSpec = PretrainSpec()) -> dict:
-    """SFT ladder size ``size`` from random init; returns the ``pre`` record (also saved)."""
+             spec: PretrainSpec = PretrainSpec(), layers: int | None = None) -> dict:
+    """SFT ladder size ``size`` from random init; returns the ``pre`` record (also saved).
+
+    ``layers`` overrides the rung's depth (ablations only; the study uses the ladder as is).
+    """
     import torch
 
     from race import flops
@@ -69,7 +72,7 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
     tokenizer = load_tokenizer(tokenizer_dir)
     train = load_jsonl(data_dir / "train.jsonl")
     eval_in = load_jsonl(data_dir / "eval_in.jsonl")[: spec.eval_examples]
-    model = build_ladder_model(size, tokenizer, seed=spec.seed)
+    model = build_ladder_model(size, tokenizer, seed=spec.seed, layers=layers)
     arch = flops.Arch.from_config(model.config)
     params, non_embedding = count_parameters(model)
 
@@ -122,6 +125,7 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
     record = {
         "phase": "pre",
         "size": size,
+        "layers": model.config.num_hidden_layers,
         "params": params,
         "non_embedding_params": non_embedding,
         "steps": steps,

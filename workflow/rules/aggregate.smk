@@ -8,8 +8,8 @@ rule aggregate_grid:
         evals=grid_evals,
         base=base_evals,
     output:
-        RD + "grid.csv",
-        RD + "grid_stages.csv",
+        grid=in_results("grid.csv"),
+        grid_stages=in_results("grid_stages.csv"),
     params:
         race=RACE,
         config=S.config_slice(STUDY, "study", "sizes", "rewards", "allocations", "budgets",
@@ -20,7 +20,7 @@ rule aggregate_grid:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{params.race} aggregate --config {params.config:q} --out {output[0]} > {log} 2>&1"
+        "{params.race} aggregate --config {params.config:q} --out {output.grid} > {log} 2>&1"
 
 
 # RACE: rank the pilot (low rungs, one seed), select top-k + baseline per reward x target.
@@ -28,9 +28,9 @@ checkpoint select:
     conda:
         "../../envs/race.yaml"
     input:
-        RD + "grid_stages.csv",
+        grid_stages=in_results("grid_stages.csv"),
     output:
-        RD + "race/selected.json",
+        selected=in_results("race/selected.json"),
     params:
         race=RACE,
         top_k=STUDY["race"]["top_k"],
@@ -42,28 +42,28 @@ checkpoint select:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{params.race} select {input} --top-k {params.top_k} --baseline {params.baseline}"
-        " --targets {params.targets} --out {output[0]} > {log} 2>&1"
+        "{params.race} select {input.grid_stages} --top-k {params.top_k} --baseline {params.baseline}"
+        " --targets {params.targets} --out {output.selected} > {log} 2>&1"
 
 
 rule aggregate:
     conda:
         "../../envs/race.yaml"
     input:
-        grid=RD + "grid.csv",
+        grid=in_results("grid.csv"),
         evals=validation_evals if RACE_ON else [],
-        selected=RD + "race/selected.json" if RACE_ON else [],
+        selected=in_results("race/selected.json") if RACE_ON else [],
     output:
-        RD + "runs.csv",
-        RD + "stages.csv",
+        runs=in_results("runs.csv"),
+        stages=in_results("stages.csv"),
     params:
         race=RACE,
         config=rules.aggregate_grid.params.config,
-        selected="--selected " + RD + "race/selected.json" if RACE_ON else "",
+        selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
     log:
         "logs/aggregate.log",
     resources:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{params.race} aggregate --config {params.config:q} {params.selected} --out {output[0]} > {log} 2>&1"
+        "{params.race} aggregate --config {params.config:q} {params.selected} --out {output.runs} > {log} 2>&1"

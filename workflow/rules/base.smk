@@ -9,10 +9,12 @@ rule base:
         eval_in=rules.data.output.eval_in,
         tokenizer=rules.tokenizer.output,
     output:
-        pre=RD + "base/size~{size}/pre.json",
+        pre=in_results("base/size~{size}/pre.json"),
     params:
         race=RACE,
-        results=R,
+        data=lambda w, input: os.path.dirname(input.train),
+        tokenizer=lambda w, input: os.path.dirname(input.tokenizer[0]),
+        out=lambda w, output: os.path.dirname(output.pre),
         config=S.config_slice(STUDY, "pretrain"),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
@@ -25,5 +27,5 @@ rule base:
         mem_mb=res("base", "mem_mb", 2000),
         runtime=res("base", "runtime", 30),
     shell:
-        "{params.race} pretrain --size {wildcards.size} --data {params.results}/data --tokenizer {params.results}/tokenizer"
-        " --out {params.results}/base/size~{wildcards.size} --config {params.config:q} > {log} 2>&1"
+        "{params.race} pretrain --size {wildcards.size} --data {params.data} --tokenizer {params.tokenizer}"
+        " --out {params.out} --config {params.config:q} > {log} 2>&1"

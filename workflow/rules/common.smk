@@ -1,6 +1,7 @@
 # Grid expansion, paths and input functions. All logic lives in race.study; this file only
 # names paths for the rules.
 import json
+import os
 import sys
 
 from race import study as S
@@ -8,11 +9,10 @@ from race import study as S
 # Cross-field checks (unknown names, rungs below one step, ...) before any job is scheduled.
 STUDY = S.check_config(config)
 R = str(S.results(STUDY))
-RD = R + "/"  # prefix for paths (keeps path literals relative)
 # The package's CLI through this interpreter: works without activating the virtualenv.
 RACE = f"{sys.executable} -m race.cli"
-RUN = RD + "runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
-RUN_ = RUN + "/"
+# The content-derived path of one cell (DESIGN.md): run folder, MLflow run name and run_key.
+CELL = "size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
 GRID = S.grid_cells(STUDY)
 BUDGETS = [S.format_budget(b) for b in STUDY["budgets"]]
 EXTRA_SEEDS = [s for s in STUDY["race"]["validation_seeds"] if s not in STUDY["seeds"]]
@@ -30,8 +30,18 @@ wildcard_constraints:
     budget=r"[0-9.e+-]+",
 
 
+def in_results(path):
+    """``path`` (relative, may hold wildcards) under the study's results directory."""
+    return os.path.join(R, path)
+
+
+def in_run(path):
+    """``path`` (relative, may hold wildcards) inside a cell's run folder."""
+    return os.path.join(R, "runs", CELL, path)
+
+
 def res(rule_name, key, default):
-    """Per-rule resources from the config's resources: section."""
+    """Resources (threads, mem_mb, ...) for ``rule_name`` from the config's resources section."""
     return STUDY["resources"].get(rule_name, {}).get(key, default)
 
 
@@ -42,13 +52,13 @@ def cell_of(w):
 def base_input(w):
     """The base policy a cell trains from: pretrained here for ladder sizes."""
     size = S.unslug(STUDY, w.size)
-    return [RD + f"base/size~{size}/pre.json"] if S.is_ladder(size) else []
+    return [in_results(f"base/size~{size}/pre.json")] if S.is_ladder(size) else []
 
 
 def reward_inputs(w):
     """The PRM a reward needs, when it is trained here."""
     prm = STUDY["rewards"][w.reward].get("prm")
-    return [RD + f"prm/size~{prm}/prm.json"] if prm in PRMS else []
+    return [in_results(f"prm/size~{prm}/prm.json")] if prm in PRMS else []
 
 
 def eval_prm_spec():
@@ -59,7 +69,7 @@ def eval_prm_spec():
 
 def eval_prm_input(w=None):
     prm = eval_prm_spec()
-    return [RD + f"prm/size~{prm}/prm.json"] if prm in PRMS else []
+    return [in_results(f"prm/size~{prm}/prm.json")] if prm in PRMS else []
 
 
 def eval_prm_arg(w=None):
@@ -68,11 +78,11 @@ def eval_prm_arg(w=None):
 
 
 def mlflow_input(w=None):
-    return [RD + "mlflow/initialized.json"] if MLFLOW_ON else []
+    return [in_results("mlflow/initialized.json")] if MLFLOW_ON else []
 
 
 def rung_eval(cell, budget):
-    return RD + f"runs/{cell.key}/budget~{budget}/eval.json"
+    return in_results(f"runs/{cell.key}/budget~{budget}/eval.json")
 
 
 def grid_evals(w=None):
@@ -80,17 +90,21 @@ def grid_evals(w=None):
 
 
 def base_evals(w=None):
-    return [RD + f"base/size~{s}/eval.json" for s in LADDER]
+    return [in_results(f"base/size~{s}/eval.json") for s in LADDER]
 
 
 def validation_evals(w):
     """Evaluations of the validation runs chosen by the pilot checkpoint."""
-    selected = json.loads(Path(checkpoints.select.get().output[0]).read_text())["selected"]
+    selected = json.loads(Path(checkpoints.select.get().output.selected).read_text())["selected"]
     vb = S.format_budget(S.validation_budget(STUDY))
     return [rung_eval(c, vb) for c in S.validation_cells(STUDY, selected)]
 
 
 def final_targets():
-    targets = ["reports/report.md", RD + "runs.csv"]
-    targets += [RD + f"prm/size~{p}/prm.json" for p in PRMS]  # the whole feedback ladder
-    return targets
+    """What `snakemake` builds: the reports, the runs table, the whole feedback ladder, and
+    every evaluation by name. Naming the evaluations matters: Snakemake does not rebuild a
+    deleted intermediate file whose consumers are up to date, so a deleted rung evaluation is
+    rebuilt (with the tables and reports after it) only because it is a requested target."""
+    targets = ["reports/report.md", in_results("runs.csv")]
+    targets += [in_results(f"prm/size~{p}/prm.json") for p in PRMS]
+    return targets + grid_evals() + base_evals()

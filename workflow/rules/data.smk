@@ -5,13 +5,13 @@ rule data:
     conda:
         "../../envs/race.yaml"
     output:
-        train=RD + "data/train.jsonl",
-        eval_in=RD + "data/eval_in.jsonl",
-        eval_ood=RD + "data/eval_ood.jsonl",
+        train=in_results("data/train.jsonl"),
+        eval_in=in_results("data/eval_in.jsonl"),
+        eval_ood=in_results("data/eval_ood.jsonl"),
     params:
         race=RACE,
-        results=R,
         config=S.config_slice(STUDY, "task"),
+        out=lambda w, output: os.path.dirname(output.train),
     log:
         "logs/data.log",
     benchmark:
@@ -20,17 +20,17 @@ rule data:
         mem_mb=res("data", "mem_mb", 1000),
         runtime=res("data", "runtime", 5),
     shell:
-        "{params.race} data --config {params.config:q} --out {params.results}/data > {log} 2>&1"
+        "{params.race} data --config {params.config:q} --out {params.out} > {log} 2>&1"
 
 
 rule tokenizer:
     conda:
         "../../envs/race.yaml"
     output:
-        RD + "tokenizer/tokenizer.json",
+        tokenizer=in_results("tokenizer/tokenizer.json"),
     params:
         race=RACE,
-        results=R,
+        out=lambda w, output: os.path.dirname(output.tokenizer),
     log:
         "logs/tokenizer.log",
     benchmark:
@@ -39,4 +39,4 @@ rule tokenizer:
         mem_mb=res("tokenizer", "mem_mb", 1000),
         runtime=res("tokenizer", "runtime", 5),
     shell:
-        "{params.race} tokenizer --out {params.results}/tokenizer > {log} 2>&1"
+        "{params.race} tokenizer --out {params.out} > {log} 2>&1"

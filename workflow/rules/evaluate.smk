@@ -6,15 +6,15 @@ rule evaluate:
     conda:
         "../../envs/race.yaml"
     input:
-        ledger=RUN_ + "budget~{budget}/ledger.json",
+        ledger=in_run("budget~{budget}/ledger.json"),
         base=base_input,
         data=rules.data.output.eval_in,
         prm=eval_prm_input,
     output:
-        RUN_ + "budget~{budget}/eval.json",
+        in_run("budget~{budget}/eval.json"),
     params:
         race=RACE,
-        results=R,
+        data=lambda w, input: os.path.dirname(input.data),
         config=S.config_slice(STUDY, "eval", "mlflow", "study"),
         policy=lambda w: S.base_dir(STUDY, S.unslug(STUDY, w.size)),
         reward=lambda w: json.dumps(S.reward_spec(STUDY, w.reward), sort_keys=True),
@@ -31,7 +31,7 @@ rule evaluate:
         gpus=res("evaluate", "gpus", 0),
     shell:
         "{params.race} evaluate --policy {params.policy} --adapter {params.run_dir}/budget~{wildcards.budget}"
-        " --data {params.results}/data --out {output} --config {params.config:q}"
+        " --data {params.data} --out {output} --config {params.config:q}"
         " --reward-json {params.reward:q} {params.prm} --mlflow-run-dir {params.run_dir}"
         " > {log} 2>&1"
 
@@ -40,14 +40,15 @@ rule evaluate_base:
     conda:
         "../../envs/race.yaml"
     input:
-        base=RD + "base/size~{size}/pre.json",
+        base=in_results("base/size~{size}/pre.json"),
         data=rules.data.output.eval_in,
         prm=eval_prm_input,
     output:
-        RD + "base/size~{size}/eval.json",
+        in_results("base/size~{size}/eval.json"),
     params:
         race=RACE,
-        results=R,
+        data=lambda w, input: os.path.dirname(input.data),
+        policy=lambda w, input: os.path.dirname(input.base),
         config=S.config_slice(STUDY, "eval", "study"),
         reward=json.dumps(S.reward_spec(STUDY, next(iter(STUDY["rewards"]))), sort_keys=True),
         prm=eval_prm_arg,
@@ -62,5 +63,5 @@ rule evaluate_base:
         mem_mb=res("evaluate", "mem_mb", 2000),
         runtime=res("evaluate", "runtime", 30),
     shell:
-        "{params.race} evaluate --policy {params.results}/base/size~{wildcards.size} --data {params.results}/data --out {output}"
+        "{params.race} evaluate --policy {params.policy} --data {params.data} --out {output}"
         " --config {params.config:q} --reward-json {params.reward:q} {params.prm} > {log} 2>&1"

@@ -6,7 +6,7 @@ rule mlflow_init:
     conda:
         "../../envs/race.yaml"
     output:
-        RD + "mlflow/initialized.json",
+        in_results("mlflow/initialized.json"),
     params:
         race=RACE,
         spec=json.dumps(S.mlflow_spec(STUDY).__dict__, sort_keys=True),

@@ -7,14 +7,15 @@ rule prm:
         "../../envs/race.yaml"
     input:
         train=rules.data.output.train,
-        policies=expand(RD + "base/size~{size}/pre.json", size=LADDER),
+        policies=expand(in_results("base/size~{size}/pre.json"), size=LADDER),
     output:
-        RD + "prm/size~{prm}/prm.json",
+        prm=in_results("prm/size~{prm}/prm.json"),
     params:
         race=RACE,
-        results=R,
+        data=lambda w, input: os.path.dirname(input.train),
+        out=lambda w, output: os.path.dirname(output.prm),
         config=S.config_slice(STUDY, "prm"),
-        policies=",".join(RD + f"base/size~{s}" for s in LADDER),
+        policies=lambda w, input: ",".join(os.path.dirname(p) for p in input.policies),
     wildcard_constraints:
         prm="|".join(PRMS) or "^$",
     log:
@@ -26,5 +27,5 @@ rule prm:
         mem_mb=res("prm", "mem_mb", 2000),
         runtime=res("prm", "runtime", 30),
     shell:
-        "{params.race} prm --size {wildcards.prm} --policies {params.policies} --data {params.results}/data"
-        " --out {params.results}/prm/size~{wildcards.prm} --config {params.config:q} > {log} 2>&1"
+        "{params.race} prm --size {wildcards.prm} --policies {params.policies} --data {params.data}"
+        " --out {params.out} --config {params.config:q} > {log} 2>&1"

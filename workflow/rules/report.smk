@@ -5,9 +5,9 @@ rule report:
     conda:
         "../../envs/race.yaml"
     input:
-        RD + "stages.csv",
+        stages=in_results("stages.csv"),
     output:
-        report(
+        report=report(
             "reports/report.md",
             caption="../report/report.rst",
             category="Report",
@@ -35,10 +35,11 @@ rule report:
     params:
         race=RACE,
         config=S.config_slice(STUDY, "study", "eval"),
+        out=lambda w, output: os.path.dirname(output.report),
     log:
         "logs/report.log",
     resources:
         mem_mb=res("report", "mem_mb", 2000),
         runtime=res("report", "runtime", 10),
     shell:
-        "{params.race} report {input} --out reports --config {params.config:q} > {log} 2>&1"
+        "{params.race} report {input.stages} --out {params.out} --config {params.config:q} > {log} 2>&1"

@@ -11,8 +11,8 @@ rule train:
         reward=reward_inputs,
         mlflow=mlflow_input,
     output:
-        rungs=expand(RUN_ + "budget~{budget}/ledger.json", budget=BUDGETS, allow_missing=True),
-        done=RUN_ + "DONE",
+        rungs=expand(in_run("budget~{budget}/ledger.json"), budget=BUDGETS, allow_missing=True),
+        done=in_run("DONE"),
     params:
         race=RACE,
         job=lambda w: S.train_job_json(STUDY, cell_of(w)),
@@ -36,11 +36,11 @@ rule train:
 use rule train as train_validation with:
     output:
         rungs=expand(
-            RUN_ + "budget~{budget}/ledger.json",
+            in_run("budget~{budget}/ledger.json"),
             budget=[b for b in BUDGETS if float(b) <= S.validation_budget(STUDY)],
             allow_missing=True,
         ),
-        done=RUN_ + "DONE",
+        done=in_run("DONE"),
     wildcard_constraints:
         seed="|".join(str(s) for s in EXTRA_SEEDS) or "^$",
     log:
