@@ -410,3 +410,22 @@ def test_cli_base_policy(root, tmp_path, capsys):
     assert payload["targets"]["in_pass1"]["n"] == 4
     assert payload["targets"]["prm_bon"]["skipped"]
     assert "prm_bon: skipped" in capsys.readouterr().out
+
+
+def test_schema_eval_defaults_match_evalspec():
+    """The config schema's eval: defaults are EvalSpec's (the workflow fills them in)."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    import yaml
+
+    from race.evaluate import EvalSpec
+
+    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas"
+                             / "config.schema.yaml").read_text())
+    props = schema["properties"]["eval"]["properties"]
+    spec = EvalSpec()
+    assert set(props) == {f.name for f in fields(EvalSpec)}
+    for name, prop in props.items():
+        default = getattr(spec, name)
+        assert prop["default"] == (list(default) if isinstance(default, tuple) else default), name

@@ -128,10 +128,12 @@ def test_smoke_study_end_to_end(tmp_path):
 
 def job_counts(plan: str) -> dict[str, int]:
     """The 'Job stats' table of a Snakemake dry run as {rule: count} (without the total)."""
-    table = plan.split("Job stats:")[1].split("Reasons")[0]
+    lines = plan.split("Job stats:")[1].splitlines()
     counts = {}
-    for line in table.splitlines():
+    for line in lines[3:]:  # after the header "job  count" and its rule
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and parts[0] != "total":
+        if len(parts) != 2 or not parts[1].isdigit():
+            break  # the table ends at its first non-row line
+        if parts[0] != "total":
             counts[parts[0]] = int(parts[1])
     return counts

@@ -90,8 +90,26 @@ def base_rows(config: dict) -> list[dict]:
                 for p in C.PHASES:
                     row[f"tokens_{p}"] = 0
                 row.update(_eval_columns(ev, S.eval_targets(config)))
+                if not _same_reward(ev, S.reward_spec(config, reward)):
+                    _blank_native(row)
                 rows.append(row)
     return rows
+
+
+def _same_reward(ev: dict, spec: dict) -> bool:
+    """Whether an evaluation's native_reward was measured with the reward ``spec``."""
+    measured = (ev.get("settings") or {}).get("reward")
+    return measured is None or measured == spec
+
+
+def _blank_native(row: dict) -> None:
+    """A base policy is evaluated once, its native reward under one reward system (the
+    first in the config): for the other systems that number would be another reward's, so
+    it is left empty (the report lists it as missing) rather than shown as theirs."""
+    for key in ("acc_native_reward", "acc_native_reward_lo", "acc_native_reward_hi",
+                "n_native_reward", "eval_flops_native_reward"):
+        if key in row:
+            row[key] = None
 
 
 def collect(config: dict, selected: list[dict] | None) -> list[dict]:

@@ -109,7 +109,7 @@ class EvalSpec:
     prm: str | None = None  # PRM of prm_bon: a PRM ladder name, a path or a hub id
     prm_aggregate: str = "min"  # step scores -> one score: min | last | product
     verifier: str = "task"  # task (the arithmetic verifier) | math (numeric final answer)
-    batch_size: int = 64  # rows per generate call
+    batch_size: int = 256  # rows per generate call (tiny models: fewer, larger calls are faster)
     seed: int = 0
     merge_adapter: bool = True  # merge LoRA before evaluating (then no LoRA FLOPs are charged)
     attn_implementation: str = "sdpa"  # sdpa | eager

@@ -166,7 +166,8 @@ FRONTIER_TITLE = "Which size × allocation gives the best accuracy at each train
 def plot_frontier(data: FigureData) -> Figure:
     """Accuracy vs model FLOPs used per (size, alloc), rows = reward, cols = target.
 
-    Error bars are the seed-combined 95% intervals; the black line joins each budget's winner.
+    Error bars are the seed-combined 95% intervals; the black line joins each budget's winner;
+    grey horizontal lines are the base policies' accuracies (budget 0, one per size).
     """
     with _style():
         if data.summary.empty:
@@ -179,6 +180,12 @@ def plot_frontier(data: FigureData) -> Figure:
                 sub = data.summary[(data.summary["reward"] == reward)
                                    & (data.summary["target"] == target)
                                    & data.summary["acc"].notna()]
+                # Base policies (budget 0) cannot sit on a log axis: a grey line per size
+                # marks where training started, so a gain or a loss reads at a glance.
+                for size, g in sub[sub["budget"] == 0].groupby("size", sort=True):
+                    ax.axhline(g["acc"].iloc[0], color="grey", linewidth=0.9, alpha=0.8,
+                               linestyle=data.linestyle(size), zorder=0)
+                sub = sub[sub["budget"] > 0]
                 for (size, alloc), g in sub.groupby(["size", "alloc"], sort=True):
                     g = g.sort_values("budget")
                     yerr = np.vstack([g["acc"] - g["acc_lo"], g["acc_hi"] - g["acc"]])
@@ -188,6 +195,7 @@ def plot_frontier(data: FigureData) -> Figure:
                                 capsize=2, alpha=0.85)
                 best = data.frontier[(data.frontier["reward"] == reward)
                                      & (data.frontier["target"] == target)
+                                     & (data.frontier["budget"] > 0)
                                      & data.frontier["acc"].notna()].sort_values("budget")
                 ax.plot(best["best_flops"], best["acc"], color="black", linewidth=2.2,
                         alpha=0.35, zorder=0, solid_capstyle="round")
@@ -197,7 +205,9 @@ def plot_frontier(data: FigureData) -> Figure:
                 ax.set_ylabel("accuracy (fraction)")
         frontier_handle = Line2D([], [], color="black", alpha=0.35, linewidth=2.2,
                                  label="best per budget")
-        _legend(fig, data, [frontier_handle])
+        base_handle = Line2D([], [], color="grey", linewidth=0.9,
+                             label="base policy (no RL), line style = size")
+        _legend(fig, data, [frontier_handle, base_handle])
         return fig
 
 

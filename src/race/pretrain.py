@@ -48,6 +48,21 @@ def lr_at(step_tokens: int, spec: PretrainSpec) -> float:
     return spec.learning_rate * (spec.min_lr_frac + (1 - spec.min_lr_frac) * cosine)
 
 
+def optimizer_step(model, opt, lr: float, **batch):
+    """One supervised step at learning rate ``lr`` (gradient norm clipped to 1); returns the
+    loss. Shared by base-policy pretraining and PRM training."""
+    import torch
+
+    for group in opt.param_groups:
+        group["lr"] = lr
+    loss = model(**batch).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
 def greedy_accuracy(model, tokenizer, records, max_new_tokens: int) -> tuple[float, int]:
     """Fraction of ``records`` whose greedy completion the verifier accepts, and n."""
     from race.generation import generate
@@ -103,13 +118,8 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
             mask[row, :len(s)] = 1
             p = len(prompt_ids[i])
             labels[row, p:len(s)] = torch.tensor(s[p:])
-        for group in opt.param_groups:
-            group["lr"] = lr_at(tokens, spec)
-        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = optimizer_step(model, opt, lr_at(tokens, spec),
+                              input_ids=input_ids, attention_mask=mask, labels=labels)
         steps += 1
         real = [len(s) for s in seqs]
         tokens += sum(real)

@@ -76,6 +76,7 @@ import torch
 
 from race import flops
 from race.meter import PhaseFlops
+from race.pretrain import optimizer_step
 from race.prm_data import (
     IGNORE_INDEX,
     PROBE_TEXT,
@@ -343,6 +344,16 @@ def _check_loaded(name: str, info: dict) -> None:
         raise ValueError(f"feedback model {name}: checkpoint lacks weights {sorted(missing)[:5]}")
 
 
+def _load_classifier(model_class, path: str | Path, name: str, attn_implementation: str,
+                     device: str, dtype: str | None):
+    """A safetensors classifier checkpoint (no remote code), every weight present."""
+    model, info = model_class.from_pretrained(
+        str(path), use_safetensors=True, attn_implementation=attn_implementation,
+        dtype=_dtype(dtype, device), output_loading_info=True)
+    _check_loaded(name, info)
+    return model
+
+
 class TokenClassifierPRM(FeedbackModel):
     """Our PRM: ``Qwen2ForTokenClassification`` (2 labels), steps closed by ``"\\n"``."""
 
@@ -355,10 +366,8 @@ class TokenClassifierPRM(FeedbackModel):
 
         name = name or str(path)
         device = _device(device)
-        model, info = Qwen2ForTokenClassification.from_pretrained(
-            str(path), use_safetensors=True, attn_implementation=attn_implementation,
-            dtype=_dtype(dtype, device), output_loading_info=True)
-        _check_loaded(name, info)
+        model = _load_classifier(Qwen2ForTokenClassification, path, name, attn_implementation,
+                                 device, dtype)
         if model.config.num_labels != 2:
             raise ValueError(f"PRM {name}: a token-classification PRM needs 2 labels, "
                              f"got {model.config.num_labels}")
@@ -384,10 +393,8 @@ class OutcomeRewardModel(FeedbackModel):
 
         name = name or str(path)
         device = _device(device)
-        model, info = Qwen2ForSequenceClassification.from_pretrained(
-            str(path), use_safetensors=True, attn_implementation=attn_implementation,
-            dtype=_dtype(dtype, device), output_loading_info=True)
-        _check_loaded(name, info)
+        model = _load_classifier(Qwen2ForSequenceClassification, path, name,
+                                 attn_implementation, device, dtype)
         if model.config.num_labels not in (1, 2):
             raise ValueError(f"ORM {name}: needs 1 label (sigmoid) or 2 (softmax), "
                              f"got {model.config.num_labels}")
@@ -798,13 +805,8 @@ def fit(model, train: list[tuple[list[int], list[int]]], spec: PRMSpec, pad_id: 
         batch = [train[i] for i in order[:spec.batch_size]]
         order = order[spec.batch_size:]
         ids, targets, mask = _collate(batch, pad_id)
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, spec)
-        loss = model(input_ids=ids, attention_mask=mask, labels=targets).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = optimizer_step(model, opt, _lr(step, spec),
+                              input_ids=ids, attention_mask=mask, labels=targets)
         losses.append(float(loss.detach()))
         lengths = [len(x) for x, _ in batch]
         model_flops += sum(prm_train_flops(arch, n) for n in lengths)

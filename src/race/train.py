@@ -75,7 +75,7 @@ class Allocation:
     lora_rank: int = 8
     lora_alpha: float | None = None  # default 2 x rank
     lora_targets: tuple[str, ...] = ALL_PROJECTIONS
-    learning_rate: float = 2e-3  # constant (nested rungs need a budget-free schedule)
+    learning_rate: float = 1e-4  # constant (nested rungs need a budget-free schedule)
     beta: float = 0.0  # KL coefficient; > 0 adds a reference forward per generation step
     temperature: float = 1.0
 

@@ -20,6 +20,7 @@ rule evaluate:
         reward=lambda w: json.dumps(S.reward_spec(STUDY, w.reward), sort_keys=True),
         prm=eval_prm_arg,
         run_dir=lambda w: str(S.run_dir(STUDY, cell_of(w))),
+        temperature=lambda w: S.allocation(STUDY, w.alloc).temperature,
     log:
         "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}/budget~{budget}.eval.log",
     benchmark:
@@ -33,6 +34,7 @@ rule evaluate:
         "{params.race} evaluate --policy {params.policy} --adapter {params.run_dir}/budget~{wildcards.budget}"
         " --data {params.data} --out {output} --config {params.config:q}"
         " --reward-json {params.reward:q} {params.prm} --mlflow-run-dir {params.run_dir}"
+        " --train-temperature {params.temperature}"
         " > {log} 2>&1"
 
 
@@ -50,6 +52,7 @@ rule evaluate_base:
         data=lambda w, input: os.path.dirname(input.data),
         policy=lambda w, input: os.path.dirname(input.base),
         config=S.config_slice(STUDY, "eval", "study"),
+        temperature=STUDY["training"]["temperature"],
         reward=json.dumps(S.reward_spec(STUDY, next(iter(STUDY["rewards"]))), sort_keys=True),
         prm=eval_prm_arg,
     wildcard_constraints:
@@ -64,4 +67,5 @@ rule evaluate_base:
         runtime=res("evaluate", "runtime", 30),
     shell:
         "{params.race} evaluate --policy {params.policy} --data {params.data} --out {output}"
-        " --config {params.config:q} --reward-json {params.reward:q} {params.prm} > {log} 2>&1"
+        " --config {params.config:q} --reward-json {params.reward:q} {params.prm}"
+        " --train-temperature {params.temperature} > {log} 2>&1"
