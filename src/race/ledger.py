@@ -157,12 +157,12 @@ class Ledger:
             raise ValueError(f"not a RACE ledger (expected format {_FORMAT!r})")
         return cls([LedgerRow(**row) for row in payload["rows"]])
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, durable: bool = True) -> Path:
         """Write atomically (:func:`race.atomic.write_text_atomic`): a reader, or a crash,
-        never sees a half-written ledger."""
+        never sees a half-written ledger. ``durable=False`` skips the fsync."""
         from race.atomic import write_text_atomic
 
-        return write_text_atomic(path, self.to_json())
+        return write_text_atomic(path, self.to_json(), durable=durable)
 
     @classmethod
     def load(cls, path: str | Path) -> Ledger:

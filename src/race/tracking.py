@@ -89,25 +89,29 @@ class RunLogger:
         return {m.step for m in self.client.get_metric_history(self.run_id, "flops_total")}
 
     def log_step(self, step: int, metrics: dict[str, float], force: bool = False) -> bool:
-        """Log ``metrics`` at ``step`` unless that step was already logged. Returns whether
-        it logged. ``force`` logs metrics of an already-logged step (used for evaluation
-        metrics, whose keys differ from the training ones)."""
+        """Queue ``metrics`` at ``step`` unless that step was already logged. Returns whether
+        it queued. ``force`` logs metrics of an already-logged step (used for evaluation
+        metrics, whose keys differ from the training ones).
+
+        Nothing is sent until :meth:`flush` (training flushes at every checkpoint and at the
+        end): one ``log_batch`` per flush instead of one per step keeps the tracking store
+        off the training loop. Steps queued after the last checkpoint of a killed run are
+        lost with it and logged again when the resumed run replays them.
+        """
         from mlflow.entities import Metric
 
         if step in self.logged_steps and not force:
             return False
         now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, step) for k, v in sorted(metrics.items())
-                 if v is not None]
-        self._pending.append(self.client.log_batch(self.run_id, metrics=batch,
-                                                   synchronous=False))
+        self._pending += [Metric(k, float(v), now, step) for k, v in sorted(metrics.items())
+                          if v is not None]
         self.logged_steps.add(step)
         return True
 
     def flush(self) -> None:
-        for op in self._pending:
-            if op is not None:
-                op.wait()
+        """Send the queued metrics (``log_batch`` takes at most 1000 per call)."""
+        for i in range(0, len(self._pending), 1000):
+            self.client.log_batch(self.run_id, metrics=self._pending[i:i + 1000])
         self._pending = []
 
     def finish(self, status: str = "FINISHED") -> None:

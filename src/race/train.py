@@ -315,7 +315,8 @@ class MeteredRun:
                 self.snapshot(budget, model, step)
         if len(self.rungs_done) == len(self.job.rungs):
             self.finished = True
-        self.ledger.save(self.run_dir / "ledger.json")
+        # The live view; resume reads the checkpoint's race_state.json (fsynced) instead.
+        self.ledger.save(self.run_dir / "ledger.json", durable=self.finished)
 
     def snapshot(self, budget: float, model, step: int) -> None:
         """Write the rung folder atomically: adapter, ledger summary, DONE marker."""
@@ -358,6 +359,8 @@ class MeteredRun:
 
     # ------------------------------------------------------------------ resume
     def save_state(self, ckpt: Path, step: int) -> None:
+        if self.logger is not None:
+            self.logger.flush()  # MLflow holds every step up to this checkpoint
         state = {"step": step, "ledger": json.loads(self.ledger.to_json()),
                  "counters": self.counters, "rungs_done": self.rungs_done,
                  "metrics": self.metrics}
