@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from race.evaluate import load_snapshot
+from race.evaluate import EvalSpec, load_snapshot
 from race.pretrain import greedy_accuracy
 from race.study import allocation, load_config, results
 from race.task import load_jsonl
@@ -29,7 +29,7 @@ from race.train import TrainJob, run_training, rung_dir
 
 def accuracy(policy: str, adapter: Path | None, records) -> float:
     snap = load_snapshot(policy, adapter)
-    return greedy_accuracy(snap.model, snap.tokenizer, records, 48)[0]
+    return greedy_accuracy(snap.model, snap.tokenizer, records, EvalSpec().max_new_tokens)[0]
 
 
 def quarters(values: list[float]) -> list[float]:

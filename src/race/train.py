@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from race import flops
+from race.atomic import write_text_atomic
 from race.ledger import Ledger
 from race.meter import BatchShapes, StepMeter
 from race.study import format_budget
@@ -139,12 +140,6 @@ class TrainJob:
 
 
 # --------------------------------------------------------------------------- state on disk
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    from race.atomic import write_text_atomic
-
-    write_text_atomic(path, text)
 
 
 def ledger_summary(ledger: Ledger, budget: float, counters: dict) -> dict:
@@ -324,7 +319,7 @@ class MeteredRun:
         tmp = Path(tempfile.mkdtemp(dir=self.run_dir, prefix=f".{final.name}."))
         model.save_pretrained(tmp, safe_serialization=True)
         summary = ledger_summary(self.ledger, budget, dict(self.counters, step=step))
-        _atomic_write(tmp / "ledger.json", json.dumps(summary, indent=1, sort_keys=True))
+        write_text_atomic(tmp / "ledger.json", json.dumps(summary, indent=1, sort_keys=True))
         (tmp / DONE).write_text("")
         if final.exists():
             shutil.rmtree(final)
@@ -364,7 +359,7 @@ class MeteredRun:
         state = {"step": step, "ledger": json.loads(self.ledger.to_json()),
                  "counters": self.counters, "rungs_done": self.rungs_done,
                  "metrics": self.metrics}
-        _atomic_write(ckpt / "race_state.json", json.dumps(state))
+        write_text_atomic(ckpt / "race_state.json", json.dumps(state))
 
     def restore(self, ckpt: Path) -> None:
         state = json.loads((ckpt / "race_state.json").read_text())
@@ -373,7 +368,7 @@ class MeteredRun:
         self.rungs_done = state["rungs_done"]
         self.metrics = state["metrics"]
         # Steps after the checkpoint are replayed: drop what the killed run wrote for them.
-        _atomic_write(self.run_dir / "metrics.jsonl",
+        write_text_atomic(self.run_dir / "metrics.jsonl",
                       "".join(json.dumps(m, sort_keys=True) + "\n" for m in self.metrics))
         self.ledger.save(self.run_dir / "ledger.json")
 
@@ -528,7 +523,7 @@ def run_training(job: TrainJob) -> dict:
 def _finish(run: MeteredRun, job: TrainJob, run_dir: Path) -> dict:
     summary = ledger_summary(run.ledger, job.budget, dict(run.counters))
     summary.pop("rows")
-    _atomic_write(run_dir / "train.json", json.dumps(summary, indent=1, sort_keys=True))
+    write_text_atomic(run_dir / "train.json", json.dumps(summary, indent=1, sort_keys=True))
     (run_dir / DONE).write_text("")
     return summary
 
