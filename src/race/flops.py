@@ -31,6 +31,7 @@ Ladder names (``nano``/``micro``/``mini``) need a vocabulary; without a tokenize
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -247,6 +248,9 @@ def _attention_matmul(arch: Arch, keys: int) -> int:
     return 2 * arch.heads * arch.head_dim * keys
 
 
+# Cached: the online meter asks for the same per-layer coefficients for every row of every step;
+# both functions are pure in their (frozen, hashable) arguments.
+@functools.lru_cache(maxsize=256)
 def _layer_forward_per_token(arch: Arch, lora: LoraSpec | None) -> int:
     """Projection FLOPs (adapters included) of one decoder layer for one token."""
     return sum(2 * i * o + _lora_forward_per_token(arch, lora, name)
@@ -331,6 +335,7 @@ def _attention_backward_matmuls(q: bool, k: bool, v: bool, attention: str) -> in
     return int(v) + int(q or k) + int(q) + int(k)
 
 
+@functools.lru_cache(maxsize=1024)
 def _layer_backward(arch: Arch, lora: LoraSpec | None, attention: str,
                     x_requires_grad: bool) -> tuple[_Grad, bool]:
     """Backward of one decoder layer whose input (residual stream) requires grad or not.
@@ -467,10 +472,23 @@ def generate_flops(arch: Arch, prompt_len: int, new_tokens: int, *, lora: LoraSp
         prompt, steps, mode = prompt_len, new_tokens - 1, "causal"
     if prompt < 1:
         raise ValueError("generation needs a prompt of at least one token")
-    total = forward_flops(arch, prompt, logits=1, lora=lora, attention=mode)
-    for j in range(1, steps + 1):
-        total += forward_flops(arch, 1, past=prompt + j - 1, logits=1, lora=lora, attention=mode)
-    return total
+    prefill = forward_flops(arch, prompt, logits=1, lora=lora, attention=mode)
+    return prefill + _decodes_flops(arch, prompt, steps, lora)
+
+
+def _decodes_flops(arch: Arch, prompt: int, steps: int, lora: LoraSpec | None) -> int:
+    """``steps`` cached decode forwards after ``prompt`` keys, in closed form.
+
+    Decode j (1-based) is ``forward_flops(arch, 1, past=prompt + j - 1, logits=1)``: a fixed
+    part plus attention over ``prompt + j`` keys (a single query attends to every cached key
+    and itself, causal or full alike). Summing the arithmetic series once instead of calling
+    :func:`forward_flops` per token keeps the online meter O(rows) per step, not O(tokens).
+    """
+    if steps == 0:
+        return 0
+    fixed = forward_flops(arch, 1, past=0, logits=1, lora=lora)  # attends to 1 key
+    keys = steps * prompt + steps * (steps + 1) // 2
+    return steps * fixed + arch.layers * 2 * _attention_matmul(arch, keys - steps)
 
 
 def decode_token_flops(arch: Arch, context: int, *, lora: LoraSpec | None = None) -> int:

@@ -145,10 +145,13 @@ class Ledger:
 
     # ------------------------------------------------------------------ persistence
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON payload as Python objects (FLOPs stay ints)."""
+        return {"format": _FORMAT, "rows": [asdict(r) for r in self.rows]}
+
     def to_json(self) -> str:
         """JSON text; FLOPs stay JSON integers (exact at any size)."""
-        payload = {"format": _FORMAT, "rows": [asdict(r) for r in self.rows]}
-        return json.dumps(payload, indent=1)
+        return json.dumps(self.to_dict(), indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> Ledger:
