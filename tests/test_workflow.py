@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from race.snakemake_plan import job_counts
 from race.study import format_budget
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,36 +105,35 @@ def test_smoke_study_end_to_end(tmp_path):
                          "where key = 'flops_total' group by run_uuid").fetchall()
     assert len(per_run) == len(cells)  # every cell logged its FLOP curve
     assert all(n == distinct and n > 0 for _, n, distinct in per_run)  # no step twice
+    evals = mlflow_eval_points(db)
+    assert len(evals) == len(cells)  # every cell has its evaluations
+    assert all(n == distinct for n, distinct in evals.values())  # no (key, step) twice
     for name in ("report.md", "frontier.csv", "regime.csv"):
         assert (wd / "reports" / name).exists()
     figures = sorted(p.name for p in (wd / "reports" / "figures").glob("*.png"))
     assert len(figures) == 6
 
-    # Delete one rung's evaluation: only it and what depends on it rebuild.
-    cell = trained[trained["stage"] == "full"].iloc[0]
+    # Delete one rung's evaluation (above the pilot: the selection does not read it): only it
+    # and what depends on it rebuild.
+    top = trained[(trained["stage"] == "full") & (trained["budget"] == max(config["budgets"]))]
+    cell = top.iloc[0]
     budget = format_budget(cell["budget"])
     target = wd / "results" / "runs" / cell["cell"] / f"budget~{budget}" / "eval.json"
     assert target.exists(), target
     target.unlink()
     plan = job_counts(snakemake(wd, "-n", "--cores", "2", "--configfile",
                                 "configs/smoke.yaml").stdout)
-    assert plan == {"evaluate": 1, "aggregate_grid": 1, "select": 1, "aggregate": 1,
-                    "report": 1, "all": 1}, plan
+    assert plan == {"evaluate": 1, "aggregate": 1, "mlflow_log": 1, "report": 1, "all": 1}, plan
     snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
     assert target.exists()
+    assert mlflow_eval_points(db) == evals  # the re-evaluation logged nothing twice
     # A second run has nothing to do.
     again = snakemake(wd, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml").stdout
     assert "Nothing to be done" in again
 
 
-def job_counts(plan: str) -> dict[str, int]:
-    """The 'Job stats' table of a Snakemake dry run as {rule: count} (without the total)."""
-    lines = plan.split("Job stats:")[1].splitlines()
-    counts = {}
-    for line in lines[3:]:  # after the header "job  count" and its rule
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            break  # the table ends at its first non-row line
-        if parts[0] != "total":
-            counts[parts[0]] = int(parts[1])
-    return counts
+def mlflow_eval_points(db) -> dict[str, tuple[int, int]]:
+    """Per MLflow run: (eval/* points, distinct (key, step) pairs)."""
+    rows = db.execute("select run_uuid, count(*), count(distinct key || ':' || step) "
+                      "from metrics where key like 'eval/%' group by run_uuid").fetchall()
+    return {run: (n, distinct) for run, n, distinct in rows}

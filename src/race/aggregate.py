@@ -6,6 +6,8 @@ flags ``in_pilot`` (the pilot's seed at a pilot rung) and ``in_validation`` (a s
 a validation seed, at the validation budget). Base policies appear as budget-0 rows
 (``stage`` ``base``, no FLOPs spent): the starting point of every curve.
 
+``results/race/pilot.csv`` (``--pilot``) holds the pilot alone: what ``race select`` ranks.
+
 ``results/stages.csv`` is what the reports read: the same rows repeated once per RACE stage they
 belong to (``pilot``, ``validation``, ``full``), so the pilot ranking, the validation and the
 full grid each see their own rows.
@@ -150,6 +152,35 @@ def stage_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+def pilot_rows(config: dict) -> list[dict]:
+    """The pilot alone: every grid cell of the first seed at each pilot rung (``stage``
+    ``pilot``). Only these evaluations are needed to select, so the validation runs can start
+    while the grid's larger rungs are still being evaluated."""
+    seed = config["seeds"][0]
+    rows = []
+    for cell in S.grid_cells(config):
+        if cell.seed != seed:
+            continue
+        for budget in S.pilot_rungs(config):
+            row = rung_row(config, cell, float(budget), "pilot")
+            rows.append(dict(row, in_pilot=True, in_validation=False))
+    return rows
+
+
+def _columns(config: dict) -> list[str]:
+    return C.all_columns(S.eval_targets(config)) + ["in_pilot", "in_validation"]
+
+
+def write_pilot_table(config: dict, out: str | Path) -> Path:
+    """``race aggregate --pilot``: the pilot table that ``race select`` ranks."""
+    import pandas as pd
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(pilot_rows(config), columns=_columns(config)).to_csv(out, index=False)
+    return out
+
+
 def write_tables(config: dict, out: str | Path, selected_path: str | None = None) -> Path:
     import pandas as pd
 
@@ -158,7 +189,7 @@ def write_tables(config: dict, out: str | Path, selected_path: str | None = None
     for row in rows:
         row.setdefault("in_pilot", False)
         row.setdefault("in_validation", False)
-    columns = C.all_columns(S.eval_targets(config)) + ["in_pilot", "in_validation"]
+    columns = _columns(config)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=columns).to_csv(out, index=False)
@@ -172,6 +203,19 @@ def register(sub) -> None:
     p = sub.add_parser("aggregate", help="collect run folders into the runs tables")
     p.add_argument("--config", required=True, help="study config (file or the workflow's JSON)")
     p.add_argument("--selected", help="RACE selection (selected.json) to add validation runs")
+    p.add_argument("--pilot", action="store_true",
+                   help="write only the pilot table (what race select ranks)")
     p.add_argument("--out", required=True, help="output CSV (e.g. results/runs.csv)")
-    p.set_defaults(func=lambda a: print(write_tables(S.load_config(a.config), a.out,
-                                                      a.selected)) or 0)
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    config = S.load_config(args.config)
+    if args.pilot:
+        if args.selected:
+            raise SystemExit("race aggregate: --pilot and --selected do not combine (the pilot "
+                             "comes before the selection)")
+        print(write_pilot_table(config, args.out))
+    else:
+        print(write_tables(config, args.out, args.selected))
+    return 0

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "aggregate": "race.aggregate",
     "check-config": "race.study_cli",
     "mlflow-init": "race.study_cli",
+    "mlflow-log": "race.mlflow_mirror",
     "select": "race.report_cli",
     "report": "race.report_cli",
 }
@@ -48,13 +49,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    import torch
+#: Subcommands that never run torch: they skip its ~2.5 s import (they are short jobs).
+NO_TORCH: frozenset[str] = frozenset({"flops", "data", "aggregate", "check-config",
+                                      "mlflow-init", "mlflow-log", "select", "report"})
 
-    # One thread per process: on 2 cores the default made steps 5-30x slower (DESIGN.md).
-    torch.set_num_threads(1)
+
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     only = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    if only not in NO_TORCH:
+        import torch
+
+        # One thread per process: on 2 cores the default made steps 5-30x slower (DESIGN.md).
+        torch.set_num_threads(1)
     parser = build_parser(only)
     args = parser.parse_args(argv)
     result = args.func(args)

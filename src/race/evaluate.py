@@ -667,16 +667,28 @@ def log_to_mlflow(payload: dict, run_dir: str | Path, mlflow_spec, study: str = 
     run_dir = Path(run_dir)
     if not (run_dir / RUN_ID_FILE).exists():
         return False
+    step = _eval_step(payload)  # before the run is touched
+    logger = RunLogger(mlflow_spec, run_dir, _run_key(run_dir), study, params={})
+    try:
+        logger.log_new_values(step, eval_metrics(payload))
+    finally:
+        logger.finish()
+    return True
+
+
+def log_eval(logger, payload: dict) -> int:
+    """Queue :func:`eval_metrics` of ``payload`` on ``logger`` (a race.tracking.RunLogger) at
+    the rung's training step, skipping values MLflow already holds; returns how many."""
+    return logger.log_new_values(_eval_step(payload), eval_metrics(payload))
+
+
+def _eval_step(payload: dict) -> int:
+    """The training step of the evaluated rung (where its metrics go in MLflow)."""
     step = payload["rung"]["step"]
     if step is None:
         raise ValueError(f"{payload['adapter']}: no ledger.json, so no training step to log "
                          "the evaluation at")
-    logger = RunLogger(mlflow_spec, run_dir, _run_key(run_dir), study, params={})
-    try:
-        logger.log_step(int(step), eval_metrics(payload), force=True)
-    finally:
-        logger.finish()
-    return True
+    return int(step)
 
 
 def mlflow_spec_from_config(config: dict):

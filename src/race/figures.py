@@ -152,6 +152,9 @@ def save(fig: Figure, out_dir: str | Path, name: str) -> list[Path]:
     paths = [out / f"{name}.png", out / f"{name}.svg"]
     with _style():
         fig.savefig(paths[0], dpi=110, metadata={"Software": None})
+        # The PNG's draw placed every axes (constrained layout): keep that layout for the SVG
+        # instead of solving it again (about a third of the report job's time).
+        fig.set_layout_engine("none")
         fig.savefig(paths[1], metadata={"Date": None, "Creator": None})
     return paths
 

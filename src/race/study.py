@@ -221,6 +221,11 @@ def mlflow_spec(config: dict):
                       artifact_root=m["artifact_root"], experiment=experiment(config))
 
 
+def mlflow_live(config: dict) -> bool:
+    """Whether training jobs log to MLflow themselves (``mlflow.enabled`` and ``live``)."""
+    return bool(config["mlflow"]["enabled"] and config["mlflow"].get("live", True))
+
+
 def grid_cells(config: dict) -> list[Cell]:
     """The full grid: every size x reward x allocation x seed (runs to the largest rung)."""
     return [Cell(s, r, a, seed) for s in config["sizes"] for r in config["rewards"]
@@ -293,7 +298,8 @@ def train_job(config: dict, cell: Cell):
         seed=cell.seed,
         run_key=cell.key,
         study=config["study"],
-        mlflow=mlflow_spec(config) if config["mlflow"]["enabled"] else None,
+        # Live logging from the training job; otherwise the mlflow_log job mirrors the folder.
+        mlflow=mlflow_spec(config) if mlflow_live(config) else None,
         save_every=t["save_every"],
         attn_implementation=t["attn_implementation"],
         gradient_checkpointing=t["gradient_checkpointing"],

@@ -34,20 +34,9 @@ def _check(args) -> int:
 
 
 def _mlflow_init(args) -> int:
-    from mlflow.tracking import MlflowClient
+    from race.tracking import MlflowSpec, ensure_study_run
 
-    from race.tracking import MlflowSpec, ensure_experiment
-
-    spec = MlflowSpec(**json.loads(args.spec))
-    experiment_id = ensure_experiment(spec)
-    client = MlflowClient(tracking_uri=spec.tracking_uri)
-    found = client.search_runs([experiment_id], f"tags.race_role = 'study' and "
-                               f"tags.study = '{args.study}'", max_results=1)
-    if found:
-        run_id = found[0].info.run_id
-    else:
-        run_id = client.create_run(experiment_id, run_name=f"study:{args.study}",
-                                   tags={"race_role": "study", "study": args.study}).info.run_id
+    experiment_id, run_id = ensure_study_run(MlflowSpec(**json.loads(args.spec)), args.study)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"experiment_id": experiment_id,
                                           "study_run_id": run_id}) + "\n")

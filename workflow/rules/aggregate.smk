@@ -1,26 +1,27 @@
-# The runs tables: the grid (what the pilot ranks) and everything (grid + validation runs).
+# The runs tables. RACE's pilot table needs only the pilot rungs' evaluations, so the checkpoint
+# (and the validation runs it starts) does not wait for the grid's larger rungs.
 
 
-rule aggregate_grid:
+rule aggregate_pilot:
     conda:
         "../../envs/race.yaml"
     input:
-        evals=grid_evals,
-        base=base_evals,
+        evals=pilot_evals,
     output:
-        grid=in_results("grid.csv"),
-        grid_stages=in_results("grid_stages.csv"),
+        pilot=in_results("race/pilot.csv"),
     params:
         race=RACE,
         config=S.config_slice(STUDY, "study", "sizes", "rewards", "allocations", "budgets",
                               "seeds", "race", "eval", "results_dir", "training", "prm"),
     log:
-        "logs/aggregate_grid.log",
+        "logs/aggregate_pilot.log",
+    # Ahead of the remaining evaluations: the validation runs it unlocks are the longest jobs.
+    priority: 10
     resources:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{params.race} aggregate --config {params.config:q} --out {output.grid} > {log} 2>&1"
+        "{params.race} aggregate --pilot --config {params.config:q} --out {output.pilot} > {log} 2>&1"
 
 
 # RACE: rank the pilot (low rungs, one seed), select top-k + baseline per reward x target.
@@ -28,7 +29,7 @@ checkpoint select:
     conda:
         "../../envs/race.yaml"
     input:
-        grid_stages=in_results("grid_stages.csv"),
+        pilot=in_results("race/pilot.csv"),
     output:
         selected=in_results("race/selected.json"),
     params:
@@ -38,27 +39,30 @@ checkpoint select:
         targets=" ".join(S.race_targets(STUDY)),
     log:
         "logs/select.log",
+    priority: 10
     resources:
         mem_mb=res("aggregate", "mem_mb", 1000),
         runtime=res("aggregate", "runtime", 10),
     shell:
-        "{params.race} select {input.grid_stages} --top-k {params.top_k} --baseline {params.baseline}"
+        "{params.race} select {input.pilot} --top-k {params.top_k} --baseline {params.baseline}"
         " --targets {params.targets} --out {output.selected} > {log} 2>&1"
 
 
+# Everything: base policies, every grid cell x rung, the validation runs.
 rule aggregate:
     conda:
         "../../envs/race.yaml"
     input:
-        grid=in_results("grid.csv"),
-        evals=validation_evals if RACE_ON else [],
+        evals=grid_evals,
+        base=base_evals,
+        validation=validation_evals if RACE_ON else [],
         selected=in_results("race/selected.json") if RACE_ON else [],
     output:
         runs=in_results("runs.csv"),
         stages=in_results("stages.csv"),
     params:
         race=RACE,
-        config=rules.aggregate_grid.params.config,
+        config=rules.aggregate_pilot.params.config,
         selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
     log:
         "logs/aggregate.log",

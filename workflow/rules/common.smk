@@ -78,7 +78,8 @@ def eval_prm_arg(w=None):
 
 
 def mlflow_input(w=None):
-    return [in_results("mlflow/initialized.json")] if MLFLOW_ON else []
+    """What a training job waits for: the MLflow DB, when it logs live."""
+    return [in_results("mlflow/initialized.json")] if S.mlflow_live(STUDY) else []
 
 
 def rung_eval(cell, budget):
@@ -87,6 +88,12 @@ def rung_eval(cell, budget):
 
 def grid_evals(w=None):
     return [rung_eval(c, b) for c in GRID for b in BUDGETS]
+
+
+def pilot_evals(w=None):
+    """The evaluations the RACE pilot ranks: the first seed's cells at the pilot rungs."""
+    rungs = [S.format_budget(b) for b in S.pilot_rungs(STUDY)]
+    return [rung_eval(c, b) for c in GRID if c.seed == STUDY["seeds"][0] for b in rungs]
 
 
 def base_evals(w=None):
@@ -101,10 +108,12 @@ def validation_evals(w):
 
 
 def final_targets():
-    """What `snakemake` builds: the reports, the runs table, the whole feedback ladder, and
+    """What `snakemake` builds: the reports, the runs table, the MLflow mirror, the whole
+    feedback ladder, and
     every evaluation by name. Naming the evaluations matters: Snakemake does not rebuild a
     deleted intermediate file whose consumers are up to date, so a deleted rung evaluation is
     rebuilt (with the tables and reports after it) only because it is a requested target."""
     targets = ["reports/report.md", in_results("runs.csv")]
+    targets += [in_results("mlflow/logged.json")] if MLFLOW_ON else []
     targets += [in_results(f"prm/size~{p}/prm.json") for p in PRMS]
     return targets + grid_evals() + base_evals()

@@ -1,5 +1,6 @@
 # Every evaluation target with its own eval-FLOP ledger, per cell x budget rung (and for
-# every base policy: the budget-0 point of each curve).
+# every base policy: the budget-0 point of each curve). MLflow gets the results from the
+# mlflow_log job: an evaluation job never starts MLflow.
 
 
 rule evaluate:
@@ -15,11 +16,11 @@ rule evaluate:
     params:
         race=RACE,
         data=lambda w, input: os.path.dirname(input.data),
-        config=S.config_slice(STUDY, "eval", "mlflow", "study"),
+        config=S.config_slice(STUDY, "eval", "study"),
         policy=lambda w: S.base_dir(STUDY, S.unslug(STUDY, w.size)),
         reward=lambda w: json.dumps(S.reward_spec(STUDY, w.reward), sort_keys=True),
         prm=eval_prm_arg,
-        run_dir=lambda w: str(S.run_dir(STUDY, cell_of(w))),
+        adapter=lambda w, input: os.path.dirname(input.ledger),
         temperature=lambda w: S.allocation(STUDY, w.alloc).temperature,
     log:
         "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}/budget~{budget}.eval.log",
@@ -31,9 +32,9 @@ rule evaluate:
         runtime=res("evaluate", "runtime", 30),
         gpus=res("evaluate", "gpus", 0),
     shell:
-        "{params.race} evaluate --policy {params.policy} --adapter {params.run_dir}/budget~{wildcards.budget}"
+        "{params.race} evaluate --policy {params.policy} --adapter {params.adapter}"
         " --data {params.data} --out {output} --config {params.config:q}"
-        " --reward-json {params.reward:q} {params.prm} --mlflow-run-dir {params.run_dir}"
+        " --reward-json {params.reward:q} {params.prm}"
         " --train-temperature {params.temperature}"
         " > {log} 2>&1"
 

@@ -1,5 +1,6 @@
 # Create the MLflow DB, experiment and study parent run once, before parallel jobs: a fresh
-# sqlite DB created by several processes at once fails in its schema migration.
+# sqlite DB created by several processes at once fails in its schema migration. Needed only
+# when training jobs log live (mlflow.live).
 
 
 rule mlflow_init:
@@ -18,3 +19,28 @@ rule mlflow_init:
         runtime=res("mlflow_init", "runtime", 5),
     shell:
         "{params.race} mlflow-init --spec {params.spec:q} --study {params.study} --out {output} > {log} 2>&1"
+
+
+# Mirror every run folder (params, per-step metrics, evaluations) into MLflow in one job, once
+# the tables are built. With mlflow.live the training jobs have logged their steps already and
+# this adds the evaluations; without it, training and evaluation jobs never start MLflow.
+rule mlflow_log:
+    conda:
+        "../../envs/race.yaml"
+    input:
+        runs=in_results("runs.csv"),
+        selected=in_results("race/selected.json") if RACE_ON else [],
+    output:
+        in_results("mlflow/logged.json"),
+    params:
+        race=RACE,
+        config=S.config_slice(STUDY, "study", "sizes", "rewards", "allocations", "budgets",
+                              "seeds", "race", "eval", "results_dir", "training", "prm", "mlflow"),
+        selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
+    log:
+        "logs/mlflow_log.log",
+    resources:
+        mem_mb=res("mlflow_log", "mem_mb", 1000),
+        runtime=res("mlflow_log", "runtime", 10),
+    shell:
+        "{params.race} mlflow-log --config {params.config:q} {params.selected} --out {output} > {log} 2>&1"
