@@ -124,9 +124,7 @@ def collect(config: dict, selected: list[dict] | None) -> list[dict]:
     cells = [(c, "full") for c in S.grid_cells(config)]
     cells += [(c, "validation") for c in S.validation_cells(config, selected or [])]
     for cell, stage in cells:
-        # Validation-only seeds are evaluated at the validation budget alone.
-        budgets = S.cell_rungs(config, cell) if stage == "full" else [vb]
-        for budget in budgets:
+        for budget in S.evaluated_rungs(config, cell, validation=stage != "full"):
             row = rung_row(config, cell, budget, stage)
             row["in_pilot"] = stage == "full" and cell.seed == config["seeds"][0] and (
                 budget in pilot)

@@ -667,10 +667,10 @@ def log_to_mlflow(payload: dict, run_dir: str | Path, mlflow_spec, study: str = 
     run_dir = Path(run_dir)
     if not (run_dir / RUN_ID_FILE).exists():
         return False
-    step = _eval_step(payload)  # before the run is touched
+    _eval_step(payload)  # a payload without a step fails before the run is touched
     logger = RunLogger(mlflow_spec, run_dir, _run_key(run_dir), study, params={})
     try:
-        logger.log_new_values(step, eval_metrics(payload))
+        log_eval(logger, payload)
     finally:
         logger.finish()
     return True

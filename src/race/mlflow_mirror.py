@@ -25,11 +25,10 @@ from race import study as S
 
 
 def expected_evals(config: dict, cell: S.Cell, validation: bool) -> list[Path]:
-    """The eval.json files of a cell: every rung of a grid cell, the validation budget alone
-    for a validation-only seed (as :func:`race.aggregate.collect` reads them)."""
-    budgets = [S.validation_budget(config)] if validation else S.cell_rungs(config, cell)
+    """The eval.json files of a cell (:func:`race.study.evaluated_rungs`)."""
     run = S.run_dir(config, cell)
-    return [run / f"budget~{S.format_budget(b)}" / "eval.json" for b in budgets]
+    return [run / f"budget~{S.format_budget(b)}" / "eval.json"
+            for b in S.evaluated_rungs(config, cell, validation)]
 
 
 def _metrics_rows(run_dir: Path) -> list[dict]:

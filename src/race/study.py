@@ -253,6 +253,12 @@ def cell_rungs(config: dict, cell: Cell) -> list[float]:
     return [b for b in budgets if b <= validation_budget(config)]
 
 
+def evaluated_rungs(config: dict, cell: Cell, validation: bool) -> list[float]:
+    """The rungs a cell is evaluated at: every rung of a grid cell, the validation budget
+    alone for a validation-only seed."""
+    return [validation_budget(config)] if validation else cell_rungs(config, cell)
+
+
 # --------------------------------------------------------------------------- paths
 
 
