@@ -11,7 +11,7 @@ rule base:
     output:
         pre=in_results("base/size~{size}/pre.json"),
     params:
-        race=RACE,
+        race=RACE_MODEL,
         data=lambda w, input: os.path.dirname(input.train),
         tokenizer=lambda w, input: os.path.dirname(input.tokenizer[0]),
         out=lambda w, output: os.path.dirname(output.pre),

@@ -11,6 +11,9 @@ STUDY = S.check_config(config)
 R = str(S.results(STUDY))
 # The package's CLI through this interpreter: works without activating the virtualenv.
 RACE = f"{sys.executable} -m race.cli"
+# The model stages (train, evaluate, base, prm) through the warm-start client when the study
+# asks for it: the same command, forked from a server that imported the model stack once.
+RACE_MODEL = f"{sys.executable} -m race.warm_client" if STUDY["warm_start"] else RACE
 # The content-derived path of one cell (DESIGN.md): run folder, MLflow run name and run_key.
 CELL = "size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
 GRID = S.grid_cells(STUDY)

@@ -14,7 +14,7 @@ rule evaluate:
     output:
         in_run("budget~{budget}/eval.json"),
     params:
-        race=RACE,
+        race=RACE_MODEL,
         data=lambda w, input: os.path.dirname(input.data),
         config=S.config_slice(STUDY, "eval", "study"),
         policy=lambda w: S.base_dir(STUDY, S.unslug(STUDY, w.size)),
@@ -49,7 +49,7 @@ rule evaluate_base:
     output:
         in_results("base/size~{size}/eval.json"),
     params:
-        race=RACE,
+        race=RACE_MODEL,
         data=lambda w, input: os.path.dirname(input.data),
         policy=lambda w, input: os.path.dirname(input.base),
         config=S.config_slice(STUDY, "eval", "study"),

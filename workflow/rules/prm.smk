@@ -11,7 +11,7 @@ rule prm:
     output:
         prm=in_results("prm/size~{prm}/prm.json"),
     params:
-        race=RACE,
+        race=RACE_MODEL,
         data=lambda w, input: os.path.dirname(input.train),
         out=lambda w, output: os.path.dirname(output.prm),
         config=S.config_slice(STUDY, "prm"),

@@ -14,7 +14,7 @@ rule train:
         rungs=expand(in_run("budget~{budget}/ledger.json"), budget=BUDGETS, allow_missing=True),
         done=in_run("DONE"),
     params:
-        race=RACE,
+        race=RACE_MODEL,
         job=lambda w: S.train_job_json(STUDY, cell_of(w)),
     wildcard_constraints:
         seed="|".join(str(s) for s in STUDY["seeds"]),

@@ -1,0 +1,172 @@
+"""Warm start (race.warm_client / race.warm_server): a job forked from a warm server behaves as
+the same command run cold -- directory, environment, streams, exit status, signals, results."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from warm_helper import Warm
+
+from race import warm_client
+from race.task import TaskSpec, write_splits
+
+
+def _wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def warm():
+    server = Warm()
+    yield server
+    server.stop()
+
+
+def test_job_runs_in_a_forked_child_with_the_clients_directory_environment_and_streams(
+        warm, tmp_path):
+    env = {**warm.env, "WARM_PROBE": "probe-1"}
+    first = warm.run("report", "seen.txt", cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == "to stdout\n" and first.stderr == "to stderr\n"
+    [server] = warm.server_pids()
+    pid, ppid, cwd, probe = (tmp_path / "seen.txt").read_text().split()
+    assert int(ppid) == server  # forked by the server, not run by the client
+    assert (cwd, probe) == (str(tmp_path), "probe-1")
+    # The second job reuses the running server and sees its own environment.
+    second = warm.run("report", "again.txt", cwd=tmp_path, env={**env, "WARM_PROBE": "probe-2"})
+    assert second.returncode == 0, second.stderr
+    assert warm.server_pids() == [server]
+    assert (tmp_path / "again.txt").read_text().split()[1:] == [str(server), str(tmp_path),
+                                                                  "probe-2"]
+    assert warm.jobs_logged() == 2
+
+
+def test_exit_status_and_errors_are_the_jobs(warm, tmp_path):
+    assert warm.run("exit", "3", cwd=tmp_path).returncode == 3
+    failed = warm.run("raise", cwd=tmp_path)
+    assert failed.returncode == 1
+    assert "Traceback" in failed.stderr and "RuntimeError: boom in the job" in failed.stderr
+    unknown = warm.run("frobnicate", cwd=tmp_path)
+    assert unknown.returncode == 1 and "unknown command frobnicate" in unknown.stderr
+
+
+def _start_sleeper(warm, tmp_path):
+    pid_file = tmp_path / "pid"
+    client = subprocess.Popen(warm.command("sleep", str(pid_file), "60"), cwd=tmp_path,
+                              env=warm.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert _wait_for(lambda: pid_file.exists() and pid_file.read_text()), "job never started"
+    return client, int(pid_file.read_text())
+
+
+def test_sigterm_to_the_client_reaches_the_job(warm, tmp_path):
+    client, job = _start_sleeper(warm, tmp_path)
+    assert job != client.pid
+    client.send_signal(signal.SIGTERM)
+    assert client.wait(timeout=20) == 128 + signal.SIGTERM
+    assert _wait_for(lambda: not _alive(job))
+
+
+def test_a_killed_client_takes_its_job_down(warm, tmp_path):
+    client, job = _start_sleeper(warm, tmp_path)
+    client.kill()
+    client.wait(timeout=20)
+    assert _wait_for(lambda: not _alive(job)), "the job outlived its SIGKILLed client"
+    # The server survives and serves the next job.
+    assert warm.run("exit", "0", cwd=tmp_path).returncode == 0
+
+
+def test_cold_start_when_no_server_can_be_reached(warm, tmp_path):
+    for env in ({**warm.env, "RACE_WARM_SOCKET": "/nonexistent-dir/s.sock"},
+                {**warm.env, "RACE_WARM": "0"}, {**warm.env, "SLURM_JOB_ID": "42"}):
+        client = subprocess.Popen(warm.command("report", "cold.txt"), cwd=tmp_path, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, _err = client.communicate(timeout=60)
+        assert client.returncode == 0 and out == "to stdout\n"
+        assert int((tmp_path / "cold.txt").read_text().split()[0]) == client.pid
+    assert warm.server_pids() == []
+
+
+def test_a_stale_socket_file_is_replaced(warm, tmp_path):
+    warm.socket.write_text("left by a killed server")
+    result = warm.run("exit", "0", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(warm.server_pids()) == 1
+
+
+def test_an_idle_server_exits_and_removes_its_socket(tmp_path):
+    server = Warm(idle=1)
+    try:
+        assert server.run("exit", "0", cwd=tmp_path).returncode == 0
+        [pid] = server.server_pids()
+        assert _wait_for(lambda: not _alive(pid) and not server.socket.exists())
+    finally:
+        server.stop()
+
+
+def test_socket_is_per_import_time_environment(monkeypatch):
+    monkeypatch.delenv("RACE_WARM_SOCKET", raising=False)
+    monkeypatch.setenv("HF_HOME", "/a")
+    first = warm_client.socket_path()
+    assert warm_client.socket_path() == first
+    monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "x")
+    assert warm_client.socket_path() == first
+    monkeypatch.setenv("HF_HOME", "/b")
+    assert warm_client.socket_path() != first
+    assert f"race-warm-{os.getuid()}-" in first
+
+
+def test_warm_evaluation_equals_cold(tmp_path, tokenizer):
+    """The real stack: a forked child evaluates a policy exactly as a fresh process does,
+    sampled targets included (their seeds do not depend on the process)."""
+    from race.ladder import build_ladder_model
+
+    write_splits(TaskSpec(n_train=8, n_eval_in=6, n_eval_ood=4), tmp_path / "data")
+    build_ladder_model("nano", tokenizer, seed=0).save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    config = json.dumps({"eval": {"targets": ["in_pass1", "maj_k"], "n_in": 4, "k": 2,
+                                  "sample_prompts": 3, "max_new_tokens": 6}, "study": "t"})
+
+    def evaluate(command, out, env):
+        result = subprocess.run([*command, "evaluate", "--policy", str(tmp_path / "base"),
+                                 "--data", str(tmp_path / "data"), "--out", str(out),
+                                 "--config", config], env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr
+        return _without_wall(json.loads(out.read_text()))
+
+    server = Warm(preload="torch,transformers,peft,race.cli,race.evaluate_cli", entry=None)
+    try:
+        warm = evaluate(server.command(), tmp_path / "warm.json", server.env)
+        assert server.jobs_logged() == 1
+        cold = evaluate([sys.executable, "-m", "race.cli"], tmp_path / "cold.json",
+                        {**server.env, "RACE_WARM": "0"})
+    finally:
+        server.stop()
+    assert warm == cold
+
+
+def _without_wall(obj):
+    if isinstance(obj, dict):
+        return {k: _without_wall(v) for k, v in obj.items() if k != "wall_s"}
+    if isinstance(obj, list):
+        return [_without_wall(v) for v in obj]
+    return obj
