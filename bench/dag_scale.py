@@ -1,8 +1,15 @@
-"""Dry-run wall time of the workflow on a 10,000-cell grid (target <= 20 s). Prints, never
-asserts: these machines are shared and noisy.
+"""Dry-run wall time of the workflow on a 10,000-cell grid (target <= 20 s), beside a peer.
 
-Grid: 10 sizes x 10 rewards x 10 allocations x 10 seeds over 3 rungs, built from the default
-config in a temporary copy of the workflow (sizes are hub-style ids, so no pretraining jobs).
+    python bench/dag_scale.py [SEEDS]
+
+Grid: 10 sizes x 10 rewards x 10 allocations x SEEDS seeds (default 10: 10,000 cells) over 3
+rungs, built from the default config in a temporary copy of the workflow (sizes are hub-style
+ids, so no pretraining jobs). The peer is the least any Snakefile of this shape costs: two bare
+rules (a train job writing one file per rung, an evaluation per rung) and a target rule over the
+same number of cells, no params, resources, logs or checkpoint -- Snakemake's own per-job
+floor. Both are timed as ``snakemake -n`` (every job listed) and ``snakemake -n --quiet`` (the
+job-count table only, what one reads on a grid this size), in one run. Prints, never asserts:
+these machines are shared and noisy.
 """
 
 import shutil
@@ -15,34 +22,70 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+RUNGS = [1e12, 2e12, 4e12]
+#: The peer: Snakemake's floor for this DAG shape (one train job per cell writing a file per
+#: rung, one evaluation per cell x rung, one target rule).
+PEER_SNAKEFILE = """
+CELLS = [f"c{i}" for i in range(int(config["cells"]))]
+RUNGS = ["1", "2", "4"]
+
+rule all:
+    input: expand("runs/{cell}/budget~{rung}/eval.json", cell=CELLS, rung=RUNGS)
+
+rule train:
+    output: expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS)
+    shell: "touch {output}"
+
+rule evaluate:
+    input: "runs/{cell}/budget~{rung}/ledger.json"
+    output: "runs/{cell}/budget~{rung}/eval.json"
+    shell: "touch {output}"
+"""
+MODES = {"snakemake -n": ["-n"], "snakemake -n --quiet rules": ["-n", "--quiet", "rules"]}
+
+
+def race_workdir(wd: Path, seeds: int) -> None:
+    shutil.copy(ROOT / "Snakefile", wd / "Snakefile")
+    shutil.copytree(ROOT / "workflow", wd / "workflow")
+    shutil.copytree(ROOT / "envs", wd / "envs")
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    config["sizes"] = [f"org/model-{i}" for i in range(10)]
+    config["rewards"] = {f"r{i}": {"type": "rule"} for i in range(10)}
+    config["allocations"] = {f"a{i}": {"num_generations": 2 + i} for i in range(10)}
+    config["seeds"] = list(range(seeds))
+    config["budgets"] = RUNGS
+    config["race"].update(pilot_rungs=RUNGS[:1], validation_budget=RUNGS[-1],
+                          validation_seeds=[0], baseline="a0")
+    config["prm"]["sizes"] = []
+    config["eval"]["prm"] = None
+    (wd / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def dry_run(wd: Path, args: list[str]) -> tuple[float, int, str]:
+    """(wall s, planned jobs, status) of one ``snakemake`` dry run in ``wd``."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=wd,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    status = "ok" if proc.returncode == 0 else f"failed: {(proc.stdout + proc.stderr)[-800:]}"
+    return wall, planned_jobs(proc.stdout), status
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        wd = Path(tmp)
-        shutil.copy(ROOT / "Snakefile", wd / "Snakefile")
-        shutil.copytree(ROOT / "workflow", wd / "workflow")
-        shutil.copytree(ROOT / "envs", wd / "envs")
-        config = yaml.safe_load((ROOT / "config.yaml").read_text())
-        config["sizes"] = [f"org/model-{i}" for i in range(10)]
-        config["rewards"] = {f"r{i}": {"type": "rule"} for i in range(10)}
-        config["allocations"] = {f"a{i}": {"num_generations": 2 + i} for i in range(10)}
-        config["seeds"] = list(range(10))
-        config["budgets"] = [1e12, 2e12, 4e12]
-        config["race"].update(pilot_rungs=[1e12], validation_budget=4e12,
-                              validation_seeds=[0], baseline="a0")
-        config["prm"]["sizes"] = []
-        config["eval"]["prm"] = None
-        (wd / "config.yaml").write_text(yaml.safe_dump(config))
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1",
-                               ], cwd=wd, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        cells = 10 ** 4
-        status = "ok" if proc.returncode == 0 else f"failed: {(proc.stdout + proc.stderr)[-800:]}"
-        jobs = planned_jobs(proc.stdout)
-        print(f"dag_scale: {cells} cells x 3 rungs = {jobs} jobs, snakemake -n wall {wall:.1f} s "
-              f"(target <= 20 s), {1e3 * wall / max(jobs, 1):.2f} ms per job [{status}]")
+    seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    cells = 1000 * seeds
+    with tempfile.TemporaryDirectory() as race_dir, tempfile.TemporaryDirectory() as peer_dir:
+        race_workdir(Path(race_dir), seeds)
+        (Path(peer_dir) / "Snakefile").write_text(PEER_SNAKEFILE)
+        print(f"dag_scale: {cells} cells x {len(RUNGS)} rungs (target <= 20 s)")
+        for mode, args in MODES.items():
+            wall, jobs, status = dry_run(Path(race_dir), args)
+            peer_wall, peer_jobs, peer_status = dry_run(Path(peer_dir),
+                                                        [*args, "--config", f"cells={cells}"])
+            print(f"  {mode:28s} RACE {wall:6.1f} s ({jobs} jobs, "
+                  f"{1e3 * wall / max(jobs, 1):.2f} ms/job) [{status}]  |  peer {peer_wall:6.1f} s "
+                  f"({peer_jobs} jobs, {1e3 * peer_wall / max(peer_jobs, 1):.2f} ms/job) "
+                  f"[{peer_status}]  |  RACE / peer {wall / peer_wall:.2f}")
 
 
 def planned_jobs(dry_run_stdout: str) -> int:

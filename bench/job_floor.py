@@ -2,14 +2,21 @@
 
     python bench/job_floor.py [CONFIG] [CORES]
 
-Every Snakemake job is a fresh ``python -m race.cli`` process, and the stages that touch a model
-import torch and transformers' modeling stack first (training also TRL). This bench takes the
-jobs of a dry run of CONFIG (default configs/smoke.yaml) per rule, times a fresh interpreter
-importing what that rule's entry point imports (median of REPEATS), and prints the sum: the CPU
-seconds the study spends on start-up alone, and that sum over CORES (default 2) -- a lower
-bound on the wall time that no change inside a job can beat. Prints, never asserts.
+Every Snakemake job is a fresh process, and a cold ``python -m race.cli`` of a stage that
+touches a model imports torch and transformers' modeling stack first (training also TRL). This
+bench takes the jobs of a dry run of CONFIG (default configs/smoke.yaml) per rule and measures,
+side by side, the start-up of each (median of REPEATS):
+
+- cold: a fresh interpreter importing what the rule's entry point imports;
+- warm (``warm_start: true``, model rules only): ``python -m race.warm_client SUBCOMMAND --help``
+  against a running warm server -- client start, fork, and the child's argument parsing.
+
+It prints both sums: the CPU seconds the study spends on start-up alone, and that sum over
+CORES (default 2), a lower bound on the wall time that no change inside a job can beat. Prints,
+never asserts.
 """
 
+import os
 import shutil
 import statistics
 import subprocess
@@ -41,15 +48,26 @@ IMPORTS = {
     "report": "import race.report, race.figures",
 }
 SAME_AS = {"train_validation": "train", "evaluate_base": "evaluate"}
+#: Rules whose jobs go through race.warm_client, and the subcommand each runs.
+WARM_SUBCOMMAND = {"train": "train", "evaluate": "evaluate", "base": "pretrain", "prm": "prm"}
 
 
-def start_up(statement: str) -> float:
+def median_wall(command: list[str], env: dict | None = None) -> float:
     times = []
     for _ in range(REPEATS):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", statement], check=True)
+        subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def cold_start_up(rule: str) -> float:
+    return median_wall([sys.executable, "-c", IMPORTS[rule]])
+
+
+def warm_start_up(rule: str, env: dict) -> float:
+    return median_wall([sys.executable, "-m", "race.warm_client", WARM_SUBCOMMAND[rule],
+                        "--help"], env)
 
 
 def main() -> None:
@@ -68,17 +86,27 @@ def main() -> None:
     counts.pop("all", None)
     # The validation runs sit behind the RACE checkpoint: a dry run cannot count them.
     print(f"{config}: {sum(counts.values())} jobs before the RACE checkpoint")
-    measured: dict[str, float] = {}
-    total = 0.0
-    for rule, n in counts.items():
-        key = SAME_AS.get(rule, rule)
-        if key not in measured:
-            measured[key] = start_up(IMPORTS[key])
-        total += n * measured[key]
-        print(f"  {rule:16s} {n:4d} jobs x {measured[key]:5.2f} s start-up = "
-              f"{n * measured[key]:6.1f} s")
-    print(f"start-up: {total:.0f} CPU s in all; over {cores} cores at least {total / cores:.0f} s "
-          f"of wall time before any job computes")
+    with tempfile.TemporaryDirectory(prefix="rw", dir="/tmp") as sockets:
+        # A private server that exits soon after the bench (its first job pays its start).
+        env = {**os.environ, "RACE_WARM_SOCKET": os.path.join(sockets, "s.sock"),
+               "RACE_WARM_IDLE": "10"}
+        subprocess.run([sys.executable, "-m", "race.warm_client", "train", "--help"],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+        cold: dict[str, float] = {}
+        warm: dict[str, float] = {}
+        totals = {"cold": 0.0, "warm": 0.0}
+        print(f"  {'rule':16s} {'jobs':>4s}   cold s/job   warm s/job")
+        for rule, n in counts.items():
+            key = SAME_AS.get(rule, rule)
+            if key not in cold:
+                cold[key] = cold_start_up(key)
+                warm[key] = warm_start_up(key, env) if key in WARM_SUBCOMMAND else cold[key]
+            totals["cold"] += n * cold[key]
+            totals["warm"] += n * warm[key]
+            print(f"  {rule:16s} {n:4d}   {cold[key]:10.2f}   {warm[key]:10.2f}")
+    for mode, total in totals.items():
+        print(f"start-up {mode}: {total:.0f} CPU s in all; over {cores} cores at least "
+              f"{total / cores:.0f} s of wall time before any job computes")
 
 
 if __name__ == "__main__":

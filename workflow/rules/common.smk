@@ -70,19 +70,15 @@ def eval_prm_spec():
     return prm
 
 
-def eval_prm_input(w=None):
-    prm = eval_prm_spec()
-    return [in_results(f"prm/size~{prm}/prm.json")] if prm in PRMS else []
-
-
-def eval_prm_arg(w=None):
-    prm = eval_prm_spec()
-    return f"--prm {S.prm_dir(STUDY, prm)}" if prm else ""
-
-
-def mlflow_input(w=None):
-    """What a training job waits for: the MLflow DB, when it logs live."""
-    return [in_results("mlflow/initialized.json")] if S.mlflow_live(STUDY) else []
+# Inputs and arguments that are the same for every job are plain values, not input functions:
+# Snakemake inspects and calls a function once per job, which adds up on a 40,000-job grid
+# (bench/dag_scale.py).
+EVAL_PRM_INPUT = (
+    [in_results(f"prm/size~{eval_prm_spec()}/prm.json")] if eval_prm_spec() in PRMS else []
+)
+EVAL_PRM_ARG = f"--prm {S.prm_dir(STUDY, eval_prm_spec())}" if eval_prm_spec() else ""
+# What a training job waits for: the MLflow DB, when it logs live.
+MLFLOW_INPUT = [in_results("mlflow/initialized.json")] if S.mlflow_live(STUDY) else []
 
 
 def rung_eval(cell, budget):

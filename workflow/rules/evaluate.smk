@@ -10,7 +10,7 @@ rule evaluate:
         ledger=in_run("budget~{budget}/ledger.json"),
         base=base_input,
         data=rules.data.output.eval_in,
-        prm=eval_prm_input,
+        prm=EVAL_PRM_INPUT,
     output:
         in_run("budget~{budget}/eval.json"),
     params:
@@ -19,7 +19,7 @@ rule evaluate:
         config=S.config_slice(STUDY, "eval", "study"),
         policy=lambda w: S.base_dir(STUDY, S.unslug(STUDY, w.size)),
         reward=lambda w: json.dumps(S.reward_spec(STUDY, w.reward), sort_keys=True),
-        prm=eval_prm_arg,
+        prm=EVAL_PRM_ARG,
         adapter=lambda w, input: os.path.dirname(input.ledger),
         temperature=lambda w: S.allocation(STUDY, w.alloc).temperature,
     log:
@@ -45,7 +45,7 @@ rule evaluate_base:
     input:
         base=in_results("base/size~{size}/pre.json"),
         data=rules.data.output.eval_in,
-        prm=eval_prm_input,
+        prm=EVAL_PRM_INPUT,
     output:
         in_results("base/size~{size}/eval.json"),
     params:
@@ -55,7 +55,7 @@ rule evaluate_base:
         config=S.config_slice(STUDY, "eval", "study"),
         temperature=STUDY["training"]["temperature"],
         reward=json.dumps(S.reward_spec(STUDY, next(iter(STUDY["rewards"]))), sort_keys=True),
-        prm=eval_prm_arg,
+        prm=EVAL_PRM_ARG,
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
     log:

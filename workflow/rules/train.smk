@@ -9,7 +9,7 @@ rule train:
         base=base_input,
         data=rules.data.output.train,
         reward=reward_inputs,
-        mlflow=mlflow_input,
+        mlflow=MLFLOW_INPUT,
     output:
         rungs=expand(in_run("budget~{budget}/ledger.json"), budget=BUDGETS, allow_missing=True),
         done=in_run("DONE"),
