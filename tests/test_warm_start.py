@@ -10,28 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from warm_helper import Warm
+from warm_helper import Warm, alive, wait_for
 
 from race import warm_client
 from race.task import TaskSpec, write_splits
-
-
-def _wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 @pytest.fixture
@@ -73,7 +55,7 @@ def _start_sleeper(warm, tmp_path):
     pid_file = tmp_path / "pid"
     client = subprocess.Popen(warm.command("sleep", str(pid_file), "60"), cwd=tmp_path,
                               env=warm.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert _wait_for(lambda: pid_file.exists() and pid_file.read_text()), "job never started"
+    assert wait_for(lambda: pid_file.exists() and pid_file.read_text()), "job never started"
     return client, int(pid_file.read_text())
 
 
@@ -82,14 +64,14 @@ def test_sigterm_to_the_client_reaches_the_job(warm, tmp_path):
     assert job != client.pid
     client.send_signal(signal.SIGTERM)
     assert client.wait(timeout=20) == 128 + signal.SIGTERM
-    assert _wait_for(lambda: not _alive(job))
+    assert wait_for(lambda: not alive(job))
 
 
 def test_a_killed_client_takes_its_job_down(warm, tmp_path):
     client, job = _start_sleeper(warm, tmp_path)
     client.kill()
     client.wait(timeout=20)
-    assert _wait_for(lambda: not _alive(job)), "the job outlived its SIGKILLed client"
+    assert wait_for(lambda: not alive(job)), "the job outlived its SIGKILLed client"
     # The server survives and serves the next job.
     assert warm.run("exit", "0", cwd=tmp_path).returncode == 0
 
@@ -117,7 +99,7 @@ def test_an_idle_server_exits_and_removes_its_socket(tmp_path):
     try:
         assert server.run("exit", "0", cwd=tmp_path).returncode == 0
         [pid] = server.server_pids()
-        assert _wait_for(lambda: not _alive(pid) and not server.socket.exists())
+        assert wait_for(lambda: not alive(pid) and not server.socket.exists())
     finally:
         server.stop()
 
@@ -131,7 +113,70 @@ def test_socket_is_per_import_time_environment(monkeypatch):
     assert warm_client.socket_path() == first
     monkeypatch.setenv("HF_HOME", "/b")
     assert warm_client.socket_path() != first
-    assert f"race-warm-{os.getuid()}-" in first
+    directory = Path(first).parent
+    assert directory.name == f"race-warm-{os.getuid()}"
+    assert directory.stat().st_mode & 0o777 == 0o700  # no other user can bind or read there
+
+
+def test_a_directory_other_users_can_write_is_refused(warm, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    env = {**warm.env, "RACE_WARM_SOCKET": str(shared / "s.sock")}
+    result = subprocess.run(warm.command("exit", "0"), cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "not a private directory" in result.stderr
+    assert not (shared / "s.sock").exists()  # ran cold, no server there
+
+
+def test_clients_starting_together_share_one_server(warm, tmp_path):
+    clients = [subprocess.Popen(warm.command("exit", "0"), cwd=tmp_path, env=warm.env)
+               for _ in range(4)]
+    assert [c.wait(timeout=60) for c in clients] == [0] * 4
+    assert len(warm.server_pids()) == 1 and warm.jobs_logged() == 4
+
+
+def test_clients_racing_an_idle_exit_never_fail(tmp_path):
+    """Jobs spaced around the idle timeout: each finds a live, retiring or no server."""
+    server = Warm(idle=0.3)
+    try:
+        for i in range(8):
+            assert server.run("exit", "0", cwd=tmp_path).returncode == 0, i
+            time.sleep(0.25 + 0.02 * i)
+    finally:
+        server.stop()
+
+
+def test_a_malformed_request_releases_the_descriptors_it_carried(warm, tmp_path):
+    import socket
+
+    assert warm.run("exit", "0", cwd=tmp_path).returncode == 0  # server up
+    read_end, write_end = os.pipe()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(warm.socket))
+        socket.send_fds(sock, [b"\x00\x00\x00\x05oops!"], [write_end] * 3)
+        os.close(write_end)
+        assert sock.recv(100) == b""  # refused, connection closed
+    os.set_blocking(read_end, False)
+    assert wait_for(lambda: _pipe_closed(read_end)), "server kept the client's pipe open"
+    os.close(read_end)
+    assert warm.run("exit", "0", cwd=tmp_path).returncode == 0  # and still serves
+
+
+def _pipe_closed(read_end: int) -> bool:
+    try:
+        return os.read(read_end, 1) == b""
+    except BlockingIOError:
+        return False
+
+
+def test_a_job_dies_with_its_server(warm, tmp_path):
+    client, job = _start_sleeper(warm, tmp_path)
+    [server] = warm.server_pids()
+    os.kill(server, signal.SIGKILL)
+    assert wait_for(lambda: not alive(job)), "the job outlived its server"
+    assert client.wait(timeout=20) == 1
+    assert "warm server died" in client.stderr.read().decode()
 
 
 def test_warm_evaluation_equals_cold(tmp_path, tokenizer):

@@ -33,6 +33,24 @@ def main(argv: list[str]) -> int:
     raise SystemExit(f"unknown command {command}")
 
 
+def wait_for(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
 class Warm:
     """A private warm server for one test: its socket in a short temp dir (Unix socket paths
     are limited to ~107 bytes), the helper module as the job, stopped at teardown."""
@@ -65,8 +83,11 @@ class Warm:
                               .read_text()))
 
     def stop(self):
-        for pid in self.server_pids():
+        """SIGTERM this test's servers and wait for them to exit."""
+        pids = self.server_pids()
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10)

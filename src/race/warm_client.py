@@ -14,18 +14,22 @@ status and signals behave as if the command ran here:
 - SIGINT / SIGTERM / SIGHUP sent to this client are forwarded to the child, and if the client
   dies outright (SIGKILL) the server terminates the child.
 
-The server is started on first use (one per user, interpreter and version of the package
-sources: editing the code starts a fresh server) and exits after ``RACE_WARM_IDLE`` seconds
-(default 120) without jobs. Whenever it cannot be reached or started, the client runs the
-command in this process instead (a cold start), so warm start only ever changes start-up time.
+The server is started on first use (one per user, interpreter, import-time environment and
+version of the package sources: editing the code starts a fresh server; its socket, lock and
+log are in a private 0700 directory, ``race-warm-UID/`` under ``$XDG_RUNTIME_DIR`` or the temp
+directory, and the client only talks to a server of its own uid). It exits after
+``RACE_WARM_IDLE`` seconds (default 120) without jobs. Whenever it cannot be reached or
+started, the client runs the command in this process instead (a cold start), so warm start
+only ever changes start-up time; a job the server never started is never run twice.
 
 This module imports only the standard library: its own start-up is tens of milliseconds.
 
 Cold starts are forced by ``RACE_WARM=0`` and inside SLURM jobs (``SLURM_JOB_ID`` set: a server
-would outlive the job's allocation). ``RACE_WARM_SOCKET`` overrides the socket
-path; ``RACE_WARM_IDLE`` the server's idle timeout (s); ``RACE_WARM_PRELOAD`` the comma-separated
-modules the server imports before serving (default: :data:`PRELOAD`); ``RACE_WARM_ENTRY`` the
-module whose ``main(argv)`` runs the job (default ``race.cli``).
+would outlive the job's allocation). ``RACE_WARM_SOCKET`` overrides the socket path (in a
+directory private to the user); ``RACE_WARM_IDLE`` the server's idle timeout (s);
+``RACE_WARM_PRELOAD`` the comma-separated modules the server imports before serving (default:
+:data:`PRELOAD`); ``RACE_WARM_ENTRY`` the module whose ``main(argv)`` runs the job (default
+``race.cli``).
 """
 
 from __future__ import annotations
@@ -78,44 +82,80 @@ def source_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
+def private_dir() -> str:
+    """``race-warm-UID/`` under the runtime (else temp) directory, mode 0700: the socket, lock
+    and log live where no other user can bind, pre-create or read them. Raises OSError if the
+    directory exists but is not this user's private directory."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    path = os.path.join(base, f"race-warm-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    check_private(path)
+    return path
+
+
+def check_private(path: str) -> None:
+    stat = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path) or stat.st_uid != os.getuid() \
+            or stat.st_mode & 0o077:
+        raise PermissionError(f"{path} is not a private directory of this user")
+
+
 def socket_path() -> str:
-    """The server's Unix socket: per user and :func:`source_fingerprint`, under the runtime
-    (else temp) directory; ``RACE_WARM_SOCKET`` overrides it."""
+    """The server's Unix socket: per :func:`source_fingerprint`, in :func:`private_dir`;
+    ``RACE_WARM_SOCKET`` overrides it (its directory must be private to this user too)."""
     override = os.environ.get("RACE_WARM_SOCKET")
     if override:
+        check_private(os.path.dirname(os.path.abspath(override)))
         return override
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return os.path.join(base, f"race-warm-{os.getuid()}-{source_fingerprint()}.sock")
+    return os.path.join(private_dir(), f"{source_fingerprint()}.sock")
+
+
+def peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
 
 
 def connect(path: str) -> socket.socket | None:
+    """A connection to a server of this user at ``path``, or None."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
+        if peer_uid(sock) == os.getuid():
+            return sock
     except OSError:
-        sock.close()
-        return None
-    return sock
+        pass
+    sock.close()
+    return None
 
 
 def start_server(path: str) -> socket.socket | None:
-    """Connect to the server at ``path``, starting it if none answers. One client starts it
-    (an exclusive lock beside the socket); the others wait on the lock and then connect."""
+    """Connect to the server at ``path``, starting it if none answers; None if that fails.
+    One client starts it (an exclusive lock beside the socket); the others wait on the lock
+    and then connect. Waits at most :data:`START_TIMEOUT_S`, less if the server dies."""
+    deadline = time.monotonic() + START_TIMEOUT_S
     with open(path + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.05)
         sock = connect(path)
         if sock is not None:
             return sock
-        if os.path.exists(path):
+        if os.path.lexists(path):
             os.unlink(path)  # left by a server that was killed
-        log = open(path + ".log", "ab")
-        # A session of its own: the server outlives this job and must not get its signals.
-        subprocess.Popen([sys.executable, "-m", "race.warm_server", path],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True, close_fds=True)
-        log.close()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
+        with open(path + ".log", "ab") as log:
+            # A session of its own: the server outlives this job and must not get its signals.
+            server = subprocess.Popen([sys.executable, "-m", "race.warm_server", path],
+                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                      start_new_session=True, close_fds=True)
+        while time.monotonic() < deadline and server.poll() is None:
             sock = connect(path)
             if sock is not None:
                 return sock
@@ -124,16 +164,22 @@ def start_server(path: str) -> socket.socket | None:
 
 
 def send_request(sock: socket.socket, argv: list[str]) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
     payload = json.dumps({"entry": entry_module(), "argv": argv, "cwd": os.getcwd(),
-                          "env": dict(os.environ)}).encode()
+                          "umask": umask, "env": dict(os.environ)}).encode()
     socket.send_fds(sock, [HEADER.pack(len(payload)) + payload], [0, 1, 2])
 
 
 def read_replies(sock: socket.socket):
-    """Yield the server's replies (``pid N``, ``exit N``) as (word, int) pairs."""
+    """Yield the server's replies (``pid N``, ``exit N``) as (word, int) pairs; stop when the
+    server hangs up (a reset connection counts: an idle server may close as we connect)."""
     buffer = b""
     while True:
-        chunk = sock.recv(4096)
+        try:
+            chunk = sock.recv(4096)
+        except OSError:
+            return
         if not chunk:
             return
         buffer += chunk
@@ -143,31 +189,48 @@ def read_replies(sock: socket.socket):
             yield word, int(value)
 
 
-def run_warm(sock: socket.socket, argv: list[str]) -> int | None:
-    """Run ``argv`` in a forked child and return its exit status; None if the server hung up
-    before starting the child (the caller then runs it cold: nothing ran twice)."""
-    send_request(sock, argv)
+class NotStarted(Exception):
+    """The server hung up before it started the job: nothing ran, so it may run elsewhere."""
+
+
+def run_warm(sock: socket.socket, argv: list[str]) -> int:
+    """Run ``argv`` in a forked child and return its exit status (raises NotStarted)."""
     child: int | None = None
     pending: list[int] = []  # signals that arrived before the child's pid
 
     def forward(signum, _frame):
         if child is None:
             pending.append(signum)
-        else:
+            return
+        try:
             os.kill(child, signum)
+        except ProcessLookupError:
+            pass
 
-    for signum in FORWARDED_SIGNALS:
-        signal.signal(signum, forward)
-    for word, value in read_replies(sock):
-        if word == "pid":
-            child = value
-            for signum in pending:
-                os.kill(child, signum)
-        elif word == "exit":
-            return value
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED_SIGNALS}
+    try:
+        try:
+            send_request(sock, argv)
+        except OSError as exc:  # e.g. the server closed (idle) as this client connected
+            raise NotStarted from exc
+        for word, value in read_replies(sock):
+            if word == "pid":
+                child = value
+                for signum in pending:
+                    forward(signum, None)
+            elif word == "exit":
+                return value
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if child is None:
+            # Signals meant for a job that never started: deliver them to this process now.
+            for signum in dict.fromkeys(pending):
+                os.kill(os.getpid(), signum)
     if child is None:
-        return None
-    print(f"race.warm_client: the warm server hung up while pid {child} ran", file=sys.stderr)
+        raise NotStarted
+    print(f"race.warm_client: the warm server died while pid {child} ran (the job gets "
+          "SIGTERM with it)", file=sys.stderr)
     return 1
 
 
@@ -185,16 +248,20 @@ def main(argv: list[str] | None = None) -> int:
     # Inside a SLURM job a server would outlive the job's allocation: start cold there.
     if os.environ.get("RACE_WARM", "1") == "0" or "SLURM_JOB_ID" in os.environ:
         return run_cold(argv)
-    try:
-        sock = start_server(socket_path())
-    except OSError as exc:  # e.g. a read-only temp directory: warm start is only an optimisation
-        print(f"race.warm_client: no warm server ({exc}); starting cold", file=sys.stderr)
-        sock = None
-    if sock is None:
-        return run_cold(argv)
-    with sock:
-        status = run_warm(sock, argv)
-    return run_cold(argv) if status is None else status
+    for _attempt in range(2):  # a second try covers a server that exited (idle) as we came
+        try:
+            sock = start_server(socket_path())
+        except OSError as exc:  # e.g. no private directory: warm start is only an optimisation
+            print(f"race.warm_client: no warm server ({exc}); starting cold", file=sys.stderr)
+            break
+        if sock is None:
+            break
+        with sock:
+            try:
+                return run_warm(sock, argv)
+            except NotStarted:
+                continue
+    return run_cold(argv)
 
 
 if __name__ == "__main__":

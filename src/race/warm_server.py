@@ -19,6 +19,7 @@ with no child running, and on SIGTERM / SIGINT (terminating its children first).
 from __future__ import annotations
 
 import atexit
+import fcntl
 import importlib
 import json
 import os
@@ -27,6 +28,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 import traceback
 
@@ -53,24 +55,31 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 def receive_request(conn: socket.socket) -> tuple[dict, list[int]]:
-    """One length-prefixed JSON request and the three descriptors sent with it."""
+    """One length-prefixed JSON request and the three descriptors sent with it (closed here
+    if the request is malformed: a leaked copy would keep the client's pipes open)."""
     conn.settimeout(10.0)
     data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
-    if len(fds) != 3 or len(data) < HEADER.size:
+    try:
+        if len(fds) != 3 or len(data) < HEADER.size:
+            raise ValueError("malformed request")
+        (length,) = HEADER.unpack(data[:HEADER.size])
+        if length > MAX_REQUEST_BYTES:
+            raise ValueError("request too large")
+        body = data[HEADER.size:]
+        while len(body) < length:
+            chunk = conn.recv(length - len(body))
+            if not chunk:
+                raise ValueError("truncated request")
+            body += chunk
+        request = json.loads(body)
+        if not isinstance(request, dict) or not {"entry", "argv", "cwd", "env"} <= set(request):
+            raise ValueError("incomplete request")
+    except BaseException:
         for fd in fds:
             os.close(fd)
-        raise ValueError("malformed request")
-    (length,) = HEADER.unpack(data[:HEADER.size])
-    if length > MAX_REQUEST_BYTES:
-        raise ValueError("request too large")
-    body = data[HEADER.size:]
-    while len(body) < length:
-        chunk = conn.recv(length - len(body))
-        if not chunk:
-            raise ValueError("truncated request")
-        body += chunk
+        raise
     conn.settimeout(None)
-    return json.loads(body), fds
+    return request, fds
 
 
 def run_child(request: dict, fds: list[int]) -> int:
@@ -78,15 +87,18 @@ def run_child(request: dict, fds: list[int]) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
+    die_with_parent()
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     argv = list(request["argv"])
     sys.argv = ["race", *argv]
     try:
+        os.chdir(request["cwd"])
+        os.umask(request.get("umask", 0o022))
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.path[0] = request["cwd"]  # what `python -m` in the job's directory would have
         status = importlib.import_module(request["entry"]).main(argv)
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
@@ -108,8 +120,22 @@ def run_child(request: dict, fds: list[int]) -> int:
     return status
 
 
+def die_with_parent() -> None:
+    """SIGTERM this process if the server dies (Linux prctl PR_SET_PDEATHSIG): a job whose
+    server is gone cannot report its exit status, so it must not run on unseen."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def finish() -> None:
-    """What interpreter exit would do: exit handlers (e.g. MLflow ending runs), flushed streams."""
+    """What interpreter exit would do: wait for non-daemon threads, run exit handlers (e.g.
+    MLflow ending runs), flush the streams."""
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -134,61 +160,112 @@ class Server:
             self.listener.bind(path)
         finally:
             os.umask(old_umask)
-        self.inode = os.stat(path).st_ino
+        stat = os.stat(path)
+        self.identity = (stat.st_dev, stat.st_ino)
+        self.retired = False
         self.listener.listen(64)
         self.selector.register(self.listener, selectors.EVENT_READ)
 
     def serve(self) -> None:
-        print(f"race.warm_server: pid {os.getpid()} serving {self.path}", flush=True)
+        self.log(f"pid {os.getpid()} serving {self.path}")
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self.stop)
         last_busy = time.monotonic()
         try:
             while not self.stopping:
-                for key, _events in self.selector.select(timeout=0.2):
+                events = self.selector.select(timeout=0.2)
+                for key, _events in events:
                     if key.fileobj is self.listener:
                         self.accept()
                     else:
                         self.client_readable(key.fileobj, key.data)
                 self.reap()
                 self.escalate()
-                if self.children:
+                if self.children or events:
                     last_busy = time.monotonic()
+                elif self.retired:
+                    break  # unreachable by path, and the backlog is served
                 elif time.monotonic() - last_busy > self.idle_s:
-                    break
+                    self.retire()
         finally:
             self.close()
+
+    def retire(self) -> None:
+        """Idle: remove the socket from its path under the clients' lock, so no client can be
+        connecting right then; the loop then serves what is queued and exits."""
+        with open(self.path + ".lock", "w") as lock:
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    time.sleep(0.05)
+            self.unlink_if_ours()
+        self.retired = True
+
+    def unlink_if_ours(self) -> None:
+        try:
+            stat = os.stat(self.path)
+            if (stat.st_dev, stat.st_ino) == self.identity:  # not a successor's socket
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
     def stop(self, _signum, _frame) -> None:
         self.stopping = True
 
     def accept(self) -> None:
-        conn, _ = self.listener.accept()
+        """Serve one connection. Nothing that goes wrong with one request stops the server."""
+        try:
+            conn, _ = self.listener.accept()
+        except OSError as exc:  # e.g. out of descriptors: the client retries or starts cold
+            self.log(f"could not accept: {exc}")
+            return
         try:
             if peer_uid(conn) != os.getuid():
                 raise PermissionError("peer of another user")
             request, fds = receive_request(conn)
         except (OSError, ValueError) as exc:
-            print(f"race.warm_server: refused a request: {exc}", file=sys.stderr, flush=True)
+            self.log(f"refused a request: {exc}")
             conn.close()
             return
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            self.log(f"could not fork: {exc}")
+            for fd in fds:
+                os.close(fd)
+            conn.close()  # the client sees no pid and runs the job cold
+            return
         if pid == 0:
-            self.selector.close()
-            self.listener.close()
-            conn.close()
-            for other in self.children.values():
-                other.close()
-            os._exit(run_child(request, fds))
+            status = 1
+            try:  # the child must never return into the server's loop
+                self.selector.close()
+                self.listener.close()
+                conn.close()
+                for other in self.children.values():
+                    other.close()
+                status = run_child(request, fds)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(status)
         for fd in fds:
             os.close(fd)
-        print(f"race.warm_server: pid {pid} runs {request['entry']} {' '.join(request['argv'])}",
-              flush=True)
         self.children[pid] = conn
         self.selector.register(conn, selectors.EVENT_READ, pid)
         self.reply(conn, f"pid {pid}")
+        self.log(f"pid {pid} runs {request['entry']} {' '.join(map(str, request['argv']))}")
+
+    @staticmethod
+    def log(line: str) -> None:
+        try:
+            print(f"race.warm_server: {line}", flush=True)
+        except (OSError, ValueError):
+            pass  # e.g. a full disk: the log is for people, the jobs do not need it
 
     def client_readable(self, conn: socket.socket, pid: int) -> None:
         """A client only ever closes its end: it died, so its job must not run on."""
@@ -247,11 +324,7 @@ class Server:
         for pid in list(self.children):
             self.signal_child(pid, signal.SIGTERM)
         self.listener.close()
-        try:
-            if os.stat(self.path).st_ino == self.inode:  # still ours, not a successor's
-                os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        self.unlink_if_ours()
 
 
 def main(argv: list[str] | None = None) -> int:
