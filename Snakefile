@@ -2,6 +2,8 @@
 # Thin entry point: config, validation, the stage files, and the final target.
 from snakemake.utils import min_version, validate
 
+from race.study.schema import SCHEMA
+
 min_version("9.0")
 
 
@@ -12,7 +14,9 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# The schema ships with the package (race/study/config.schema.yaml): the one place where every
+# key's type, description and default live.
+validate(config, str(SCHEMA))
 
 
 include: "workflow/rules/common.smk"

@@ -1,6 +1,6 @@
 """Dry-run wall time of the workflow on a 10,000-cell grid (target <= 20 s), beside a peer.
 
-    python bench/dag_scale.py [SEEDS]
+    python bench/dag_scale.py [SEEDS]    # SEEDS=1,2,4 give the 1,000/2,000/4,000-cell scaling
 
 Grid: 10 sizes x 10 rewards x 10 allocations x SEEDS seeds (default 10: 10,000 cells) over 3
 rungs, built from the default config in a temporary copy of the workflow (sizes are hub-style
@@ -12,6 +12,7 @@ job-count table only, what one reads on a grid this size), in one run. Prints, n
 these machines are shared and noisy.
 """
 
+import argparse
 import shutil
 import subprocess
 import sys
@@ -72,7 +73,12 @@ def dry_run(wd: Path, args: list[str]) -> tuple[float, int, str]:
 
 
 def main() -> None:
-    seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("seeds", nargs="?", type=int, default=10,
+                        help="seeds per grid point; cells = 1000 x seeds (default 10)")
+    seeds = parser.parse_args().seeds
+    if seeds < 1:
+        parser.error(f"seeds must be >= 1, got {seeds}")
     cells = 1000 * seeds
     with tempfile.TemporaryDirectory() as race_dir, tempfile.TemporaryDirectory() as peer_dir:
         race_workdir(Path(race_dir), seeds)

@@ -16,9 +16,9 @@ import warnings
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
 
-from race import flops as F
-from race.flop_counter import measure_forward, measure_generate, measure_train_step
-from race.ladder import ladder_config
+from race.flops import analytic as F
+from race.flops.counter import measure_forward, measure_generate, measure_train_step
+from race.policy.ladder import ladder_config
 
 warnings.filterwarnings("ignore")
 

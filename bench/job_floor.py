@@ -8,7 +8,7 @@ bench takes the jobs of a dry run of CONFIG (default configs/smoke.yaml) per rul
 side by side, the start-up of each (median of REPEATS):
 
 - cold: a fresh interpreter importing what the rule's entry point imports;
-- warm (``warm_start: true``, model rules only): ``python -m race.warm_client SUBCOMMAND --help``
+- warm (``warm_start: true``, model rules only): ``python -m race.warm.client SUBCOMMAND --help``
   against a running warm server -- client start, fork, and the child's argument parsing.
 
 It prints both sums: the CPU seconds the study spends on start-up alone, and that sum over
@@ -25,30 +25,30 @@ import tempfile
 import time
 from pathlib import Path
 
-from race.snakemake_plan import job_counts
+from race.study.dry_run import job_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 3
 MODEL = "import torch; from transformers import Qwen2ForCausalLM; "
 #: What each rule's entry point imports before it computes anything.
 IMPORTS = {
-    "data": "import race.cli_data, race.task",
-    "tokenizer": "import race.char_tokenizer, transformers",
-    "base": MODEL + "import race.pretrain",
-    "prm": MODEL + "import race.prm",
+    "data": "import race.cli.data, race.data.task",
+    "tokenizer": "import race.data.tokenizer, transformers",
+    "base": MODEL + "import race.policy.pretrain",
+    "prm": MODEL + "import race.feedback.models",
     "train": ("import os; os.environ['DISABLE_MLFLOW_INTEGRATION'] = 'TRUE'; " + MODEL
               + "import peft, datasets, race.train; from trl import GRPOTrainer"),
-    "evaluate": MODEL + "import peft, race.evaluate, race.prm",
+    "evaluate": MODEL + "import peft, race.evaluation.evaluate, race.feedback.models",
     "mlflow_init": "import race.study_cli; from mlflow.tracking import MlflowClient",
-    "aggregate_pilot": "import pandas, race.aggregate",
-    "select": "import race.report_cli, race.race_protocol",
-    "aggregate": "import pandas, race.aggregate",
-    "mlflow_log": "import race.mlflow_mirror, race.evaluate; from mlflow.tracking import "
+    "aggregate_pilot": "import pandas, race.analysis.aggregate",
+    "select": "import race.cli.report, race.analysis.protocol",
+    "aggregate": "import pandas, race.analysis.aggregate",
+    "mlflow_log": "import race.tracking.mirror, race.evaluate; from mlflow.tracking import "
                   "MlflowClient",
-    "report": "import race.report, race.figures",
+    "report": "import race.analysis.report, race.analysis.figures",
 }
 SAME_AS = {"train_validation": "train", "evaluate_base": "evaluate"}
-#: Rules whose jobs go through race.warm_client, and the subcommand each runs.
+#: Rules whose jobs go through race.warm.client, and the subcommand each runs.
 WARM_SUBCOMMAND = {"train": "train", "evaluate": "evaluate", "base": "pretrain", "prm": "prm"}
 
 
@@ -66,7 +66,7 @@ def cold_start_up(rule: str) -> float:
 
 
 def warm_start_up(rule: str, env: dict) -> float:
-    return median_wall([sys.executable, "-m", "race.warm_client", WARM_SUBCOMMAND[rule],
+    return median_wall([sys.executable, "-m", "race.warm.client", WARM_SUBCOMMAND[rule],
                         "--help"], env)
 
 
@@ -90,7 +90,7 @@ def main() -> None:
         # A private server that exits soon after the bench (its first job pays its start).
         env = {**os.environ, "RACE_WARM_SOCKET": os.path.join(sockets, "s.sock"),
                "RACE_WARM_IDLE": "10"}
-        subprocess.run([sys.executable, "-m", "race.warm_client", "train", "--help"],
+        subprocess.run([sys.executable, "-m", "race.warm.client", "train", "--help"],
                        check=True, env=env, stdout=subprocess.DEVNULL)
         cold: dict[str, float] = {}
         warm: dict[str, float] = {}

@@ -15,8 +15,8 @@ import tempfile
 
 import torch
 
-from race.pretrain import PretrainSpec, pretrain
-from race.study import load_config
+from race.policy.pretrain import PretrainSpec, pretrain
+from race.study.config import load_config
 
 
 def main() -> None:

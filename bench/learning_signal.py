@@ -20,11 +20,14 @@ from pathlib import Path
 
 import torch
 
-from race.evaluate import EvalSpec, load_snapshot
-from race.pretrain import greedy_accuracy
-from race.study import allocation, load_config, results
-from race.task import load_jsonl
-from race.train import TrainJob, run_training, rung_dir
+from race.data.task import load_jsonl
+from race.evaluation.snapshot import load_snapshot
+from race.grpo.run import run_training
+from race.policy.pretrain import greedy_accuracy
+from race.study.cells import results, rung_dir
+from race.study.config import allocation, load_config
+from race.study.jobs import TrainJob
+from race.study.specs import EvalSpec
 
 
 def accuracy(policy: str, adapter: Path | None, records) -> float:

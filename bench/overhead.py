@@ -24,10 +24,13 @@ from pathlib import Path
 
 import torch
 
-from race.char_tokenizer import load_tokenizer, save_tokenizer
-from race.ladder import build_ladder_model
-from race.task import TaskSpec, write_splits
-from race.train import Allocation, TrainJob, _dataset, grpo_config, run_training
+from race.data.task import TaskSpec, write_splits
+from race.data.tokenizer import load_tokenizer, save_tokenizer
+from race.grpo.run import _dataset, run_training
+from race.grpo.trainer import grpo_config
+from race.policy.ladder import build_ladder_model
+from race.study.jobs import TrainJob
+from race.study.specs import Allocation
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
@@ -57,8 +60,8 @@ def vanilla(root: Path, job: TrainJob) -> list[float]:
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
-    from race.ladder import load_policy
-    from race.rewards import RuleReward
+    from race.feedback.rewards import RuleReward
+    from race.policy.ladder import load_policy
 
     tok = load_tokenizer(job.base)
     dataset, _ = _dataset(job.train_data, tok)
@@ -76,7 +79,7 @@ def vanilla(root: Path, job: TrainJob) -> list[float]:
 
 def race_run(job: TrainJob) -> list[float]:
     """Step times of ``race train`` on ``job``, stopped after STEPS steps."""
-    import race.train as rt
+    import race.grpo.run as rt
 
     timer = StepTimer()
     original = rt._budget_callback_class
@@ -106,7 +109,7 @@ def race_run(job: TrainJob) -> list[float]:
 
 
 def main() -> None:
-    from race.tracking import MlflowSpec
+    from race.tracking.mlflow_runs import MlflowSpec
 
     torch.set_num_threads(1)
     skip = 2  # warm-up steps of every run

@@ -15,13 +15,13 @@ def _deterministic():
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory):
-    from race.char_tokenizer import save_tokenizer
+    from race.data.tokenizer import save_tokenizer
 
     return save_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="session")
 def tokenizer(tokenizer_dir):
-    from race.char_tokenizer import load_tokenizer
+    from race.data.tokenizer import load_tokenizer
 
     return load_tokenizer(tokenizer_dir)

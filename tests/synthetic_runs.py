@@ -1,6 +1,6 @@
 """Synthetic runs tables with known answers, built in code (fixed seed) for the report tests.
 
-Every column of :func:`race.runs_columns.all_columns` is filled. Accuracy is an exact fraction
+Every column of :func:`race.analysis.columns.all_columns` is filled. Accuracy is an exact fraction
 k / n_eval with a Wilson 95% interval, like a real evaluation; by default it follows a known
 sigmoid in the budget whose asymptote grows with size and allocation index, so the winner at the
 top rung is the largest size with the last allocation.
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from race.runs_columns import all_columns
+from race.analysis.columns import all_columns
 
 SIZES = ("nano", "micro")
 REWARDS = ("rule", "prm")

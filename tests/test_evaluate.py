@@ -9,22 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from race import flops
-from race.evaluate import (
-    TARGETS,
-    EvalSpec,
-    Evaluator,
-    SamplePool,
-    Snapshot,
-    batch_flops,
-    evaluate,
-    load_snapshot,
-    rebatched_flops,
-    verifier,
-)
-from race.meter import PhaseFlops
-from race.metrics import best_index, bootstrap_interval, majority_index, wilson
-from race.task import Record, TaskSpec, write_splits
+from race.data.task import Record, TaskSpec, write_splits
+from race.evaluation.evaluate import evaluate
+from race.evaluation.evaluator import Evaluator, SamplePool, batch_flops, rebatched_flops, verifier
+from race.evaluation.metrics import best_index, bootstrap_interval, majority_index, wilson
+from race.evaluation.snapshot import Snapshot, load_snapshot
+from race.flops import analytic as flops
+from race.flops.meter import PhaseFlops
+from race.study.jobs import EvalJob, to_json
+from race.study.jobs import Snapshot as EvalSnapshot
+from race.study.specs import TARGETS, EvalSpec
 
 #: Small enough that every evaluate call on a nano policy takes well under a second.
 SMALL = EvalSpec(n_in=10, n_ood=6, max_new_tokens=10, max_new_tokens_ood=14, sample_prompts=4,
@@ -34,7 +28,7 @@ LORA_TARGETS = ["q_proj", "v_proj", "down_proj"]
 
 
 class FakePRM:
-    """The race.prm scorer interface: score(prompts, completions, aggregate) + consume().
+    """The race.feedback.models scorer interface: score(prompts, completions, aggregate) + consume().
 
     Scores come from ``fn(prompt, completion)`` (default: the completion's length) or, when
     ``fixed`` is given, from that list in call order. Charges 7 FLOPs per completion character
@@ -71,7 +65,7 @@ def root(tmp_path_factory, tokenizer):
     """Data splits, a random-init nano policy, and a budget rung with a (random) LoRA adapter."""
     from peft import LoraConfig, get_peft_model
 
-    from race.ladder import build_ladder_model
+    from race.policy.ladder import build_ladder_model
 
     root = tmp_path_factory.mktemp("evaluate")
     write_splits(TaskSpec(n_train=40, n_eval_in=12, n_eval_ood=8), root / "data")
@@ -224,7 +218,7 @@ def test_snapshot_with_adapter(root):
 
 
 def _count(evaluator, fn):
-    from race.flop_counter import count_flops
+    from race.flops.counter import count_flops
 
     with count_flops() as fc:
         result = fn(evaluator)
@@ -234,7 +228,7 @@ def _count(evaluator, fn):
 @pytest.mark.parametrize("merge", [True, False])
 def test_eval_flops_match_flop_counter(root, merge):
     """Greedy in_pass1 with eager attention: the ledger's executed FLOPs are what torch ran."""
-    from race.task import load_jsonl
+    from race.data.task import load_jsonl
 
     spec = replace(SMALL, attn_implementation="eager", merge_adapter=merge)
     rung = next((root / "runs").rglob("budget~*"))
@@ -293,7 +287,7 @@ def test_evaluate_schema_and_sharing(root, tmp_path):
 
 
 def test_pool_rebatching_model_flops(root):
-    from race.task import load_jsonl
+    from race.data.task import load_jsonl
 
     snap = load_snapshot(root / "base")
     evaluator = Evaluator(snap, load_jsonl(root / "data" / "eval_in.jsonl"), [], SMALL)
@@ -346,10 +340,10 @@ def test_evaluate_is_deterministic(root):
 
 
 def _write_random_prm(path: Path, tokenizer) -> Path:
-    """A random-init token-classification PRM directory (race.prm's on-disk layout)."""
+    """A random-init token-classification PRM directory (race.feedback.models's on-disk layout)."""
     from transformers import Qwen2ForTokenClassification
 
-    from race.ladder import ladder_config
+    from race.policy.ladder import ladder_config
 
     config = ladder_config("nano", len(tokenizer), pad_token_id=tokenizer.pad_token_id)
     config.num_labels = 2
@@ -360,11 +354,11 @@ def _write_random_prm(path: Path, tokenizer) -> Path:
 
 
 def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
-    pytest.importorskip("race.prm")
+    pytest.importorskip("race.feedback.models")
     from mlflow.tracking import MlflowClient
 
     from race.cli import main
-    from race.tracking import MlflowSpec, RunLogger
+    from race.tracking.mlflow_runs import MlflowSpec, RunLogger
 
     rung = next((root / "runs").rglob("budget~*"))
     run_dir = rung.parent
@@ -373,14 +367,13 @@ def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
     spec = MlflowSpec(**ml, experiment="evaltest")
     RunLogger(spec, run_dir, "size~nano/reward~rule/alloc~a/seed~0", "evaltest",
               params={}).finish()  # what training leaves behind: a run and mlflow_run_id
-    small = {k: v for k, v in vars(SMALL).items() if k != "targets"}
-    config = json.dumps({"eval": small, "mlflow": ml, "study": "evaltest"})
     prm_dir = _write_random_prm(tmp_path / "prm", tokenizer)
     out = rung / "eval.json"
-    rc = main(["evaluate", "--policy", str(root / "base"), "--adapter", str(rung),
-               "--data", str(root / "data"), "--out", str(out), "--config", config,
-               "--reward-json", '{"type": "rule"}', "--prm", str(prm_dir),
-               "--mlflow-run-dir", str(run_dir), "--train-temperature", "0.7"])
+    job = EvalJob(policy=str(root / "base"), data_dir=str(root / "data"),
+                  snapshots=[EvalSnapshot(str(rung), str(out))],
+                  spec=SMALL.with_overrides(native_temperature=0.7), reward={"type": "rule"},
+                  prm=str(prm_dir), mlflow=spec, run_dir=str(run_dir), study="evaltest")
+    rc = main(["evaluate", "--job", to_json(job)])
     assert rc == 0
     payload = json.loads(out.read_text())
     assert payload["settings"]["native_temperature"] == 0.7
@@ -401,10 +394,11 @@ def test_cli_base_policy(root, tmp_path, capsys):
     from race.cli import main
 
     out = tmp_path / "base" / "eval.json"
-    config = json.dumps({"eval": {"targets": ["in_pass1", "prm_bon"], "n_in": 4,
-                                  "max_new_tokens": 6}, "study": "t"})
-    assert main(["evaluate", "--policy", str(root / "base"), "--data", str(root / "data"),
-                 "--out", str(out), "--config", config]) == 0
+    spec = EvalSpec.from_config({"targets": ["in_pass1", "prm_bon"], "n_in": 4,
+                                 "max_new_tokens": 6})
+    job = EvalJob(policy=str(root / "base"), data_dir=str(root / "data"),
+                  snapshots=[EvalSnapshot(None, str(out))], spec=spec, study="t")
+    assert main(["evaluate", "--job", to_json(job)]) == 0
     payload = json.loads(out.read_text())
     assert list(payload["targets"]) == ["in_pass1", "prm_bon"]
     assert payload["targets"]["in_pass1"]["n"] == 4
@@ -415,17 +409,15 @@ def test_cli_base_policy(root, tmp_path, capsys):
 def test_schema_eval_defaults_match_evalspec():
     """The config schema's eval: defaults are EvalSpec's (the workflow fills them in)."""
     from dataclasses import fields
-    from pathlib import Path
 
-    import yaml
+    from race.study import schema
 
-    from race.evaluate import EvalSpec
-
-    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "workflow" / "schemas"
-                             / "config.schema.yaml").read_text())
-    props = schema["properties"]["eval"]["properties"]
+    props = schema.properties("eval")
     spec = EvalSpec()
     assert set(props) == {f.name for f in fields(EvalSpec)}
     for name, prop in props.items():
         default = getattr(spec, name)
+        if name == "targets":  # null in the schema: every target
+            assert prop["default"] is None and default == TARGETS
+            continue
         assert prop["default"] == (list(default) if isinstance(default, tuple) else default), name

@@ -19,16 +19,16 @@ from transformers import (
     Qwen2Model,
 )
 
-from race import flops as F
-from race import known_configs
-from race.flop_counter import (
+from race.flops import analytic as F
+from race.flops import known_configs
+from race.flops.counter import (
     count_flops,
     measure_forward,
     measure_generate,
     measure_train_step,
     register_cpu_sdpa_formulas,
 )
-from race.ladder import count_parameters, ladder_config
+from race.policy.ladder import count_parameters, ladder_config
 
 warnings.filterwarnings("ignore", message=".*gradient checkpointing.*")
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from race import flops as F
 from race.cli import main
+from race.flops import analytic as F
 
 
 def _run(capsys, *argv: str) -> dict:
@@ -43,7 +43,7 @@ def test_generate(capsys):
 
 
 def test_train(capsys, tmp_path):
-    from race.ladder import ladder_config
+    from race.policy.ladder import ladder_config
 
     ladder_config("micro", 50).save_pretrained(tmp_path)
     arch = F.resolve_arch(str(tmp_path))

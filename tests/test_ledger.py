@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from race.ledger import PHASES, Ledger, LedgerRow
+from race.flops.ledger import PHASES, Ledger, LedgerRow
 
 BIG = 3 * 2**60 + 7  # far beyond 2**53: a float would lose the trailing 7
 

@@ -6,9 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from race import study as S
-from race.mlflow_mirror import mirror_study
-from race.study import format_budget
+from race.study import cells as C
+from race.study import config as S
+from race.study import specs
+from race.study.cells import format_budget
+from race.tracking.mirror import mirror_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,12 +31,12 @@ def config(tmp_path):
 
 def write_finished_run(config, cell, steps=3):
     """A run folder as training and evaluation leave it: metrics, rung evals, DONE."""
-    run = S.run_dir(config, cell)
+    run = C.run_dir(config, cell)
     run.mkdir(parents=True)
     rows = [{"step": s, "flops_total": 100 * s, "reward_mean": 0.1 * s} for s in
             range(1, steps + 1)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    for i, budget in enumerate(S.cell_rungs(config, cell), start=1):
+    for i, budget in enumerate(C.cell_rungs(config, cell), start=1):
         rung = run / f"budget~{format_budget(budget)}"
         rung.mkdir()
         payload = {"rung": {"step": i}, "adapter": str(rung),
@@ -53,7 +55,7 @@ def history(config, run_dir, key):
 
 
 def test_mirror_logs_each_run_once_and_a_rerun_logs_nothing(config):
-    cell = S.grid_cells(config)[0]
+    cell = C.grid_cells(config)[0]
     run = write_finished_run(config, cell)
     first = mirror_study(config, [])
     assert first["runs"][cell.key]["steps_logged"] == 3
@@ -69,11 +71,11 @@ def test_mirror_logs_each_run_once_and_a_rerun_logs_nothing(config):
 
 
 def test_mirror_completes_a_live_run_without_duplicates(config):
-    from race.tracking import RunLogger
+    from race.tracking.mlflow_runs import RunLogger
 
-    cell = S.grid_cells(config)[0]
+    cell = C.grid_cells(config)[0]
     run = write_finished_run(config, cell)
-    live = RunLogger(S.mlflow_spec(config), run, cell.key, config["study"], params={})
+    live = RunLogger(specs.mlflow_spec(config), run, cell.key, config["study"], params={})
     live.log_step(1, {"flops_total": 100, "reward_mean": 0.1})  # the job logged step 1 live
     live.finish()
     summary = mirror_study(config, [])
@@ -83,7 +85,7 @@ def test_mirror_completes_a_live_run_without_duplicates(config):
 
 
 def test_mirror_names_a_missing_evaluation(config):
-    cell = S.grid_cells(config)[0]
+    cell = C.grid_cells(config)[0]
     run = write_finished_run(config, cell)
     missing = next(run.glob("budget~*")) / "eval.json"
     missing.unlink()

@@ -12,25 +12,11 @@ import torch
 from safetensors import safe_open
 from transformers import Qwen2Config, Qwen2ForSequenceClassification, Qwen2ForTokenClassification
 
-from race import flops as F
-from race.char_tokenizer import ALPHABET, build_tokenizer
-from race.flop_counter import count_flops
-from race.ladder import ladder_config
-from race.meter import PhaseFlops
-from race.prm import (
-    QWEN_STEP_TOKEN,
-    FeedbackReward,
-    PRMSpec,
-    QwenMathPRM,
-    QwenMathPRMModule,
-    aggregate,
-    build_model_reward,
-    combine,
-    load_feedback_model,
-    load_prm,
-    prm_train_flops,
-)
-from race.prm_data import (
+from race.data.task import Problem, TaskSpec, step_labels, verify, write_splits
+from race.data.tokenizer import ALPHABET, build_tokenizer
+from race.feedback.loading import load_feedback_model, load_prm
+from race.feedback.models import QWEN_STEP_TOKEN
+from race.feedback.prm_data import (
     IGNORE_INDEX,
     Example,
     balance,
@@ -42,7 +28,15 @@ from race.prm_data import (
     roc_auc,
     split_prompts,
 )
-from race.task import Problem, TaskSpec, step_labels, verify, write_splits
+from race.feedback.prm_training import prm_train_flops
+from race.feedback.qwen_math import QwenMathPRM, QwenMathPRMModule
+from race.feedback.rewards import FeedbackReward, build_model_reward, combine
+from race.feedback.scores import aggregate
+from race.flops import analytic as F
+from race.flops.counter import count_flops
+from race.flops.meter import PhaseFlops
+from race.policy.ladder import ladder_config
+from race.study.specs import PRMSpec
 
 PROMPT = "17+8-5=?\n"
 PROBLEM = Problem(17, (("+", 8), ("-", 5)))
@@ -123,7 +117,7 @@ def test_blank_lines_and_spaces_are_not_steps(tokenizer):
 def test_corruptions_are_wrong_and_balance_fills_the_rarer_class():
     rng = random.Random(0)
     spec = TaskSpec(n_train=50, n_eval_in=5, n_eval_ood=5)
-    from race.task import make_splits
+    from race.data.task import make_splits
 
     problems = make_splits(spec)["train"]
     for p in problems:
@@ -480,7 +474,7 @@ def test_prm_training_flops_match_flop_counter(tokenizer, impl):
 @pytest.fixture(scope="module")
 def tiny_study(tmp_path_factory, tokenizer):
     """Task data and one random-init nano base policy (its samples are junk: mistakes)."""
-    from race.ladder import build_ladder_model
+    from race.policy.ladder import build_ladder_model
 
     root = tmp_path_factory.mktemp("study")
     write_splits(TaskSpec(n_train=60, n_eval_in=5, n_eval_ood=5), root / "data")
@@ -496,13 +490,14 @@ TINY = {"n_prompts": 16, "samples_per_prompt": 2, "max_new_tokens": 20, "steps":
 
 def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path):
     from race.cli import main
-    from race.prm import train_prm
+    from race.feedback.prm_training import train_prm
+    from race.study.jobs import PrmJob, to_json
 
     out = tmp_path / "prm" / "size~nano"
-    config = json.dumps({"prm": {"sizes": ["nano"], **TINY}})
-    assert main(["prm", "--size", "nano", "--policies", str(tiny_study / "base"),
-                 "--data", str(tiny_study / "data"), "--out", str(out),
-                 "--config", config]) == 0
+    job = PrmJob(size="nano", policies=[str(tiny_study / "base")],
+                 data_dir=str(tiny_study / "data"), out_dir=str(out),
+                 spec=PRMSpec.from_config({"sizes": ["nano"], **TINY}))
+    assert main(["prm", "--job", to_json(job)]) == 0
     record = json.loads((out / "prm.json").read_text())
     for name in ("model.safetensors", "config.json", "tokenizer.json", "samples.jsonl"):
         assert (out / name).is_file()

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from synthetic_runs import make_runs, make_study, wilson  # noqa: E402
 
-from race import figures  # noqa: E402
-from race.fit import INSUFFICIENT, fit_sigmoid, fit_table, sigmoid  # noqa: E402
-from race.frontier import (  # noqa: E402
+from race.analysis import figures  # noqa: E402
+from race.analysis.fit import INSUFFICIENT, fit_sigmoid, fit_table, sigmoid  # noqa: E402
+from race.analysis.frontier import (  # noqa: E402
     Z95,
     frontier_table,
     missing_cells,
@@ -34,8 +34,8 @@ from race.frontier import (  # noqa: E402
     regime_table,
     seed_summary,
 )
-from race.race_protocol import agreement, rank_pilot, select  # noqa: E402
-from race.report import analyse, nested_savings  # noqa: E402
+from race.analysis.protocol import agreement, rank_pilot, select  # noqa: E402
+from race.analysis.report import analyse, nested_savings  # noqa: E402
 
 T = "in_pass1"
 
@@ -363,7 +363,7 @@ def test_cli_report_writes_everything(cli_report):
 
 def test_write_reports_is_deterministic(cli_report, report, tmp_path):
     """The same table, analysed in memory, writes byte-identical files (no time, fixed order)."""
-    from race.report import write_tables
+    from race.analysis.report import write_tables
 
     out = cli_report / "reports"
     rep = report

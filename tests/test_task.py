@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from race.task import (
+from race.data.task import (
     Problem,
     TaskSpec,
     extract_answer,
@@ -143,7 +143,7 @@ def test_math_verifier():
 
 def test_gsm8k_mapping_code_path(tmp_path):
     """The datasets path, exercised offline on a local JSON file through load_dataset."""
-    from race.task import gsm8k_record, load_hf_split
+    from race.data.task import gsm8k_record, load_hf_split
 
     data = tmp_path / "gsm.json"
     write_jsonl(data, [{"question": "Tom has 3 apples and buys 2. How many?",

@@ -1,5 +1,5 @@
-from race.char_tokenizer import SPECIAL_TOKENS, load_tokenizer
-from race.task import TaskSpec, make_splits
+from race.data.task import TaskSpec, make_splits
+from race.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 
 
 def test_round_trip_through_auto_tokenizer(tokenizer):
@@ -24,7 +24,7 @@ def test_special_tokens_and_padding(tokenizer_dir):
 
 def test_reload_from_a_model_directory_keeps_newlines(tmp_path, tokenizer):
     """AutoTokenizer alone would pick Qwen2Tokenizer from config.json and drop newlines."""
-    from race.ladder import build_ladder_model
+    from race.policy.ladder import build_ladder_model
 
     model = build_ladder_model("nano", tokenizer)
     model.save_pretrained(tmp_path)

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from race.ledger import Ledger
-from race.meter import BatchShapes, StepMeter
-from race.task import TaskSpec, write_splits
-from race.train import Allocation, BudgetError, TrainJob, job_to_json, run_training, rung_dir
+from race.data.task import TaskSpec, write_splits
+from race.flops.ledger import Ledger
+from race.flops.meter import BatchShapes, StepMeter
+from race.grpo.run import BudgetError, run_training
+from race.study.cells import rung_dir
+from race.study.jobs import TrainJob, to_json
+from race.study.specs import Allocation
 
 ALLOC = Allocation(num_generations=4, prompts_per_step=2, max_completion_length=12,
                    num_iterations=2, lora_rank=4)
@@ -24,8 +27,8 @@ ALLOC = Allocation(num_generations=4, prompts_per_step=2, max_completion_length=
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory):
     """A random-init nano policy with the char tokenizer and a small train split."""
-    from race.char_tokenizer import load_tokenizer, save_tokenizer
-    from race.ladder import build_ladder_model
+    from race.data.tokenizer import load_tokenizer, save_tokenizer
+    from race.policy.ladder import build_ladder_model
 
     root = tmp_path_factory.mktemp("train")
     write_splits(TaskSpec(n_train=200, n_eval_in=10, n_eval_ood=10), root / "data")
@@ -43,9 +46,9 @@ def make_job(root: Path, run_dir: Path, rungs, **kw) -> TrainJob:
 
 
 def step_bound(root: Path, alloc: Allocation) -> int:
-    from race import flops
-    from race.char_tokenizer import load_tokenizer
-    from race.task import load_jsonl
+    from race.data.task import load_jsonl
+    from race.data.tokenizer import load_tokenizer
+    from race.flops import analytic as flops
 
     tok = load_tokenizer(root / "base")
     arch = flops.resolve_arch(str(root / "base"))
@@ -140,9 +143,10 @@ def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp
     run_dir, _ = reference_run
     killed = tmp_path / "cell"
     job = make_job(tiny_base, killed, [B1, B2])
-    code = ("import sys, torch; torch.set_num_threads(1); from race.train import job_from_json,"
-            " run_training; run_training(job_from_json(sys.argv[1]))")
-    proc = subprocess.Popen([sys.executable, "-c", code, job_to_json(job)],
+    code = ("import sys, torch; torch.set_num_threads(1); from race.grpo.run import run_training;"
+            " from race.study.jobs import TrainJob, from_json;"
+            " run_training(from_json(TrainJob, sys.argv[1]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, to_json(job)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     # Kill once a checkpoint exists and the run has gone past it (steps to replay).
@@ -172,7 +176,7 @@ def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp
 def test_mlflow_one_run_per_cell_and_no_duplicate_steps(tiny_base, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from race.tracking import MlflowSpec
+    from race.tracking.mlflow_runs import MlflowSpec
 
     spec = MlflowSpec(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
                       artifact_root=str(tmp_path / "artifacts"), experiment="t")
@@ -208,10 +212,10 @@ def test_meter_matches_flop_counter(tiny_base, tmp_path, monkeypatch):
     phases, eager attention, a generation step and a reuse step."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from race import train as train_mod
+    from race.grpo import run as train_mod
 
     measured = {"rollout": 0, "step": 0}
-    base_cls = train_mod._metered_trainer_class
+    base_cls = train_mod.metered_trainer_class
 
     def counting_class():
         cls = base_cls()
@@ -234,7 +238,7 @@ def test_meter_matches_flop_counter(tiny_base, tmp_path, monkeypatch):
 
         return Counting
 
-    monkeypatch.setattr(train_mod, "_metered_trainer_class", counting_class)
+    monkeypatch.setattr(train_mod, "metered_trainer_class", counting_class)
     job = make_job(tiny_base, tmp_path / "cell", [B1], attn_implementation="eager")
     run_training(job)
     totals = Ledger.load(tmp_path / "cell" / "ledger.json").totals()

@@ -1,4 +1,4 @@
-"""Warm start (race.warm_client / race.warm_server): a job forked from a warm server behaves as
+"""Warm start (race.warm.client / race.warm.server): a job forked from a warm server behaves as
 the same command run cold -- directory, environment, streams, exit status, signals, results."""
 
 import json
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from warm_helper import Warm, alive, wait_for
 
-from race import warm_client
-from race.task import TaskSpec, write_splits
+from race.data.task import TaskSpec, write_splits
+from race.warm import client as warm_client
 
 
 @pytest.fixture
@@ -182,23 +182,26 @@ def test_a_job_dies_with_its_server(warm, tmp_path):
 def test_warm_evaluation_equals_cold(tmp_path, tokenizer):
     """The real stack: a forked child evaluates a policy exactly as a fresh process does,
     sampled targets included (their seeds do not depend on the process)."""
-    from race.ladder import build_ladder_model
+    from race.policy.ladder import build_ladder_model
 
     write_splits(TaskSpec(n_train=8, n_eval_in=6, n_eval_ood=4), tmp_path / "data")
     build_ladder_model("nano", tokenizer, seed=0).save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
-    config = json.dumps({"eval": {"targets": ["in_pass1", "maj_k"], "n_in": 4, "k": 2,
-                                  "sample_prompts": 3, "max_new_tokens": 6}, "study": "t"})
+    from race.study.jobs import EvalJob, Snapshot, to_json
+    from race.study.specs import EvalSpec
+
+    spec = EvalSpec.from_config({"targets": ["in_pass1", "maj_k"], "n_in": 4, "k": 2,
+                                 "sample_prompts": 3, "max_new_tokens": 6})
 
     def evaluate(command, out, env):
-        result = subprocess.run([*command, "evaluate", "--policy", str(tmp_path / "base"),
-                                 "--data", str(tmp_path / "data"), "--out", str(out),
-                                 "--config", config], env=env, capture_output=True, text=True,
-                                timeout=300)
+        job = EvalJob(policy=str(tmp_path / "base"), data_dir=str(tmp_path / "data"),
+                      snapshots=[Snapshot(None, str(out))], spec=spec, study="t")
+        result = subprocess.run([*command, "evaluate", "--job", to_json(job)], env=env,
+                                capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
         return _without_wall(json.loads(out.read_text()))
 
-    server = Warm(preload="torch,transformers,peft,race.cli,race.evaluate_cli", entry=None)
+    server = Warm(preload="torch,transformers,peft,race.cli,race.cli.evaluate", entry=None)
     try:
         warm = evaluate(server.command(), tmp_path / "warm.json", server.env)
         assert server.jobs_logged() == 1

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from warm_helper import Warm
 
-from race.snakemake_plan import job_counts
-from race.study import format_budget
-from race.warm_client import PRELOAD
+from race.study.cells import format_budget
+from race.study.dry_run import job_counts
+from race.warm.client import PRELOAD
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_bad_configs_are_rejected_before_anything_is_written(tmp_path, override,
 
 
 def test_duplicate_names_are_rejected(tmp_path):
-    from race.study import ConfigError, read_yaml
+    from race.study.config import ConfigError, read_yaml
 
     path = tmp_path / "dup.yaml"
     path.write_text("allocations:\n  base: {}\n  base: {}\n")
@@ -128,8 +128,9 @@ def test_smoke_study_end_to_end(tmp_path, warm_server):
     figures = sorted(p.name for p in (wd / "reports" / "figures").glob("*.png"))
     assert len(figures) == 6
 
-    # Delete one rung's evaluation (above the pilot: the selection does not read it): only it
-    # and what depends on it rebuild.
+    # Delete one rung's evaluation: only that cell's evaluation job (all of its rungs) and what
+    # depends on it rebuild -- the pilot table and the selection too, since the job rewrites
+    # the cell's pilot rungs as well.
     top = trained[(trained["stage"] == "full") & (trained["budget"] == max(config["budgets"]))]
     cell = top.iloc[0]
     budget = format_budget(cell["budget"])
@@ -138,7 +139,8 @@ def test_smoke_study_end_to_end(tmp_path, warm_server):
     target.unlink()
     plan = job_counts(snakemake(wd, "-n", "--cores", "2", "--configfile",
                                 "configs/smoke.yaml").stdout)
-    assert plan == {"evaluate": 1, "aggregate": 1, "mlflow_log": 1, "report": 1, "all": 1}, plan
+    assert plan == {"evaluate": 1, "aggregate_pilot": 1, "select": 1, "aggregate": 1,
+                    "mlflow_log": 1, "report": 1, "all": 1}, plan
     snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml", env=warm_server.env)
     assert target.exists()
     assert mlflow_eval_points(db) == evals  # the re-evaluation logged nothing twice

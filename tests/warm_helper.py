@@ -67,7 +67,7 @@ class Warm:
             self.env["RACE_WARM_ENTRY"] = entry
 
     def command(self, *argv):
-        return [sys.executable, "-m", "race.warm_client", *argv]
+        return [sys.executable, "-m", "race.warm.client", *argv]
 
     def run(self, *argv, cwd=None, env=None):
         return subprocess.run(self.command(*argv), cwd=cwd, env=env or self.env,
@@ -76,10 +76,10 @@ class Warm:
     def server_pids(self) -> list[int]:
         log = Path(str(self.socket) + ".log")
         text = log.read_text() if log.exists() else ""
-        return [int(p) for p in re.findall(r"race.warm_server: pid (\d+) serving", text)]
+        return [int(p) for p in re.findall(r"race.warm.server: pid (\d+) serving", text)]
 
     def jobs_logged(self) -> int:
-        return len(re.findall(r"race.warm_server: pid \d+ runs ", Path(str(self.socket) + ".log")
+        return len(re.findall(r"race.warm.server: pid \d+ runs ", Path(str(self.socket) + ".log")
                               .read_text()))
 
     def stop(self):

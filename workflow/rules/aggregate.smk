@@ -17,9 +17,10 @@ rule aggregate_pilot:
         "logs/aggregate_pilot.log",
     # Ahead of the remaining evaluations: the validation runs it unlocks are the longest jobs.
     priority: 10
+    threads: res("aggregate", "threads")
     resources:
-        mem_mb=res("aggregate", "mem_mb", 1000),
-        runtime=res("aggregate", "runtime", 10),
+        mem_mb=res("aggregate", "mem_mb"),
+        runtime=res("aggregate", "runtime"),
     shell:
         "{params.race} aggregate --pilot --config {params.config:q} --out {output.pilot} > {log} 2>&1"
 
@@ -35,14 +36,15 @@ checkpoint select:
     params:
         race=RACE,
         top_k=STUDY["race"]["top_k"],
-        baseline=S.baseline_alloc(STUDY),
-        targets=" ".join(S.race_targets(STUDY)),
+        baseline=C.baseline_alloc(STUDY),
+        targets=" ".join(specs.race_targets(STUDY)),
     log:
         "logs/select.log",
     priority: 10
+    threads: res("aggregate", "threads")
     resources:
-        mem_mb=res("aggregate", "mem_mb", 1000),
-        runtime=res("aggregate", "runtime", 10),
+        mem_mb=res("aggregate", "mem_mb"),
+        runtime=res("aggregate", "runtime"),
     shell:
         "{params.race} select {input.pilot} --top-k {params.top_k} --baseline {params.baseline}"
         " --targets {params.targets} --out {output.selected} > {log} 2>&1"
@@ -66,8 +68,9 @@ rule aggregate:
         selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
     log:
         "logs/aggregate.log",
+    threads: res("aggregate", "threads")
     resources:
-        mem_mb=res("aggregate", "mem_mb", 1000),
-        runtime=res("aggregate", "runtime", 10),
+        mem_mb=res("aggregate", "mem_mb"),
+        runtime=res("aggregate", "runtime"),
     shell:
         "{params.race} aggregate --config {params.config:q} {params.selected} --out {output.runs} > {log} 2>&1"

@@ -12,20 +12,17 @@ rule base:
         pre=in_results("base/size~{size}/pre.json"),
     params:
         race=RACE_MODEL,
-        data=lambda w, input: os.path.dirname(input.train),
-        tokenizer=lambda w, input: os.path.dirname(input.tokenizer[0]),
-        out=lambda w, output: os.path.dirname(output.pre),
-        config=S.config_slice(STUDY, "pretrain"),
+        job=lambda w: J.to_json(J.pretrain_job(STUDY, w.size)),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
     log:
         "logs/base/size~{size}.log",
     benchmark:
         "benchmarks/base/size~{size}.tsv"
-    threads: 1
+    threads: res("base", "threads")
     resources:
-        mem_mb=res("base", "mem_mb", 2000),
-        runtime=res("base", "runtime", 30),
+        mem_mb=res("base", "mem_mb"),
+        runtime=res("base", "runtime"),
+        gpu=res("base", "gpu"),
     shell:
-        "{params.race} pretrain --size {wildcards.size} --data {params.data} --tokenizer {params.tokenizer}"
-        " --out {params.out} --config {params.config:q} > {log} 2>&1"
+        "{params.race} pretrain --job {params.job:q} > {log} 2>&1"

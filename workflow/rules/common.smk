@@ -1,28 +1,32 @@
-# Grid expansion, paths and input functions. All logic lives in race.study; this file only
-# names paths for the rules.
+# Grid expansion, paths and the per-job builders. All logic lives in race.study; this file only
+# names paths for the rules and hands each model job its typed JSON (race.study.jobs).
 import json
 import os
 import sys
 
-from race import study as S
+from race.study import cells as C
+from race.study import config as S
+from race.study import jobs as J
+from race.study import specs
 
 # Cross-field checks (unknown names, rungs below one step, ...) before any job is scheduled.
 STUDY = S.check_config(config)
-R = str(S.results(STUDY))
+R = str(C.results(STUDY))
 # The package's CLI through this interpreter: works without activating the virtualenv.
 RACE = f"{sys.executable} -m race.cli"
 # The model stages (train, evaluate, base, prm) through the warm-start client when the study
 # asks for it: the same command, forked from a server that imported the model stack once.
-RACE_MODEL = f"{sys.executable} -m race.warm_client" if STUDY["warm_start"] else RACE
-# The content-derived path of one cell (DESIGN.md): run folder, MLflow run name and run_key.
+RACE_MODEL = f"{sys.executable} -m race.warm.client" if STUDY["warm_start"] else RACE
+# The content-derived path of one cell (docs/design.md): run folder, MLflow run name, run_key.
 CELL = "size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
-GRID = S.grid_cells(STUDY)
-BUDGETS = [S.format_budget(b) for b in STUDY["budgets"]]
+GRID = C.grid_cells(STUDY)
+BUDGETS = [C.format_budget(b) for b in STUDY["budgets"]]
+VALIDATION_BUDGET = C.format_budget(C.validation_budget(STUDY))
 EXTRA_SEEDS = [s for s in STUDY["race"]["validation_seeds"] if s not in STUDY["seeds"]]
 RACE_ON = STUDY["race"]["enabled"]
 MLFLOW_ON = STUDY["mlflow"]["enabled"]
-LADDER = [s for s in STUDY["sizes"] if S.is_ladder(s)]
-PRMS = [p for p in STUDY["prm"]["sizes"] if S.is_ladder(p)]
+LADDER = [s for s in STUDY["sizes"] if C.is_ladder(s)]
+PRMS = [p for p in STUDY["prm"]["sizes"] if C.is_ladder(p)]
 
 
 wildcard_constraints:
@@ -43,19 +47,19 @@ def in_run(path):
     return os.path.join(R, "runs", CELL, path)
 
 
-def res(rule_name, key, default):
-    """Resources (threads, mem_mb, ...) for ``rule_name`` from the config's resources section."""
-    return STUDY["resources"].get(rule_name, {}).get(key, default)
+def res(rule_group, key):
+    """``resources.<rule_group>.<key>`` of the config (the schema fills the defaults)."""
+    return STUDY["resources"][rule_group][key]
 
 
 def cell_of(w):
-    return S.Cell(S.unslug(STUDY, w.size), w.reward, w.alloc, int(w.seed))
+    return C.Cell(C.unslug(STUDY, w.size), w.reward, w.alloc, int(w.seed))
 
 
 def base_input(w):
     """The base policy a cell trains from: pretrained here for ladder sizes."""
-    size = S.unslug(STUDY, w.size)
-    return [in_results(f"base/size~{size}/pre.json")] if S.is_ladder(size) else []
+    size = C.unslug(STUDY, w.size)
+    return [in_results(f"base/size~{size}/pre.json")] if C.is_ladder(size) else []
 
 
 def reward_inputs(w):
@@ -64,21 +68,13 @@ def reward_inputs(w):
     return [in_results(f"prm/size~{prm}/prm.json")] if prm in PRMS else []
 
 
-def eval_prm_spec():
-    """The PRM that reranks best-of-n samples (eval.prm, else the largest trained PRM)."""
-    prm = STUDY["eval"].get("prm") or (STUDY["prm"]["sizes"][-1] if STUDY["prm"]["sizes"] else None)
-    return prm
-
-
-# Inputs and arguments that are the same for every job are plain values, not input functions:
-# Snakemake inspects and calls a function once per job, which adds up on a 40,000-job grid
+# Inputs that are the same for every job are plain values, not input functions: Snakemake
+# inspects and calls a function once per job, which adds up on a 40,000-job grid
 # (bench/dag_scale.py).
-EVAL_PRM_INPUT = (
-    [in_results(f"prm/size~{eval_prm_spec()}/prm.json")] if eval_prm_spec() in PRMS else []
-)
-EVAL_PRM_ARG = f"--prm {S.prm_dir(STUDY, eval_prm_spec())}" if eval_prm_spec() else ""
+EVAL_PRM = J.eval_prm(STUDY)
+EVAL_PRM_INPUT = [in_results(f"prm/size~{EVAL_PRM}/prm.json")] if EVAL_PRM in PRMS else []
 # What a training job waits for: the MLflow DB, when it logs live.
-MLFLOW_INPUT = [in_results("mlflow/initialized.json")] if S.mlflow_live(STUDY) else []
+MLFLOW_INPUT = [in_results("mlflow/initialized.json")] if specs.mlflow_live(STUDY) else []
 
 
 def rung_eval(cell, budget):
@@ -91,7 +87,7 @@ def grid_evals(w=None):
 
 def pilot_evals(w=None):
     """The evaluations the RACE pilot ranks: the first seed's cells at the pilot rungs."""
-    rungs = [S.format_budget(b) for b in S.pilot_rungs(STUDY)]
+    rungs = [C.format_budget(b) for b in C.pilot_rungs(STUDY)]
     return [rung_eval(c, b) for c in GRID if c.seed == STUDY["seeds"][0] for b in rungs]
 
 
@@ -102,16 +98,15 @@ def base_evals(w=None):
 def validation_evals(w):
     """Evaluations of the validation runs chosen by the pilot checkpoint."""
     selected = json.loads(Path(checkpoints.select.get().output.selected).read_text())["selected"]
-    vb = S.format_budget(S.validation_budget(STUDY))
-    return [rung_eval(c, vb) for c in S.validation_cells(STUDY, selected)]
+    return [rung_eval(c, VALIDATION_BUDGET) for c in C.validation_cells(STUDY, selected)]
 
 
 def final_targets():
     """What `snakemake` builds: the reports, the runs table, the MLflow mirror, the whole
-    feedback ladder, and
-    every evaluation by name. Naming the evaluations matters: Snakemake does not rebuild a
-    deleted intermediate file whose consumers are up to date, so a deleted rung evaluation is
-    rebuilt (with the tables and reports after it) only because it is a requested target."""
+    feedback ladder, and every evaluation by name. Naming the evaluations matters: Snakemake
+    does not rebuild a deleted intermediate file whose consumers are up to date, so a deleted
+    rung evaluation is rebuilt (with the tables and reports after it) only because it is a
+    requested target."""
     targets = ["reports/report.md", in_results("runs.csv")]
     targets += [in_results("mlflow/logged.json")] if MLFLOW_ON else []
     targets += [in_results(f"prm/size~{p}/prm.json") for p in PRMS]

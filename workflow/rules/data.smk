@@ -16,9 +16,10 @@ rule data:
         "logs/data.log",
     benchmark:
         "benchmarks/data.tsv"
+    threads: res("data", "threads")
     resources:
-        mem_mb=res("data", "mem_mb", 1000),
-        runtime=res("data", "runtime", 5),
+        mem_mb=res("data", "mem_mb"),
+        runtime=res("data", "runtime"),
     shell:
         "{params.race} data --config {params.config:q} --out {params.out} > {log} 2>&1"
 
@@ -35,8 +36,9 @@ rule tokenizer:
         "logs/tokenizer.log",
     benchmark:
         "benchmarks/tokenizer.tsv"
+    threads: res("tokenizer", "threads")
     resources:
-        mem_mb=res("tokenizer", "mem_mb", 1000),
-        runtime=res("tokenizer", "runtime", 5),
+        mem_mb=res("tokenizer", "mem_mb"),
+        runtime=res("tokenizer", "runtime"),
     shell:
         "{params.race} tokenizer --out {params.out} > {log} 2>&1"

@@ -1,42 +1,52 @@
-# Every evaluation target with its own eval-FLOP ledger, per cell x budget rung (and for
-# every base policy: the budget-0 point of each curve). MLflow gets the results from the
-# mlflow_log job: an evaluation job never starts MLflow.
+# Every evaluation target with its own eval-FLOP ledger: one job per cell covering all of its
+# rungs (as its training job wrote them all), and one per base policy (the budget-0 point of
+# each curve). Deleting one rung's eval.json reruns that cell's job and what depends on it.
+# MLflow gets the results from the mlflow_log job (or live, with mlflow.live).
 
 
 rule evaluate:
     conda:
         "../../envs/race.yaml"
     input:
-        ledger=in_run("budget~{budget}/ledger.json"),
+        ledgers=expand(in_run("budget~{budget}/ledger.json"), budget=BUDGETS, allow_missing=True),
         base=base_input,
         data=rules.data.output.eval_in,
         prm=EVAL_PRM_INPUT,
     output:
-        in_run("budget~{budget}/eval.json"),
+        evals=expand(in_run("budget~{budget}/eval.json"), budget=BUDGETS, allow_missing=True),
     params:
         race=RACE_MODEL,
-        data=lambda w, input: os.path.dirname(input.data),
-        config=S.config_slice(STUDY, "eval", "study"),
-        policy=lambda w: S.base_dir(STUDY, S.unslug(STUDY, w.size)),
-        reward=lambda w: json.dumps(S.reward_spec(STUDY, w.reward), sort_keys=True),
-        prm=EVAL_PRM_ARG,
-        adapter=lambda w, input: os.path.dirname(input.ledger),
-        temperature=lambda w: S.allocation(STUDY, w.alloc).temperature,
+        job=lambda w: J.to_json(J.eval_job(STUDY, cell_of(w))),
+    wildcard_constraints:
+        seed="|".join(str(s) for s in STUDY["seeds"]),
     log:
-        "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}/budget~{budget}.eval.log",
+        "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.eval.log",
     benchmark:
-        "benchmarks/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}/budget~{budget}.eval.tsv"
-    threads: 1
+        "benchmarks/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.eval.tsv"
+    threads: res("evaluate", "threads")
     resources:
-        mem_mb=res("evaluate", "mem_mb", 2000),
-        runtime=res("evaluate", "runtime", 30),
-        gpus=res("evaluate", "gpus", 0),
+        mem_mb=res("evaluate", "mem_mb"),
+        runtime=res("evaluate", "runtime"),
+        gpu=res("evaluate", "gpu"),
     shell:
-        "{params.race} evaluate --policy {params.policy} --adapter {params.adapter}"
-        " --data {params.data} --out {output} --config {params.config:q}"
-        " --reward-json {params.reward:q} {params.prm}"
-        " --train-temperature {params.temperature}"
-        " > {log} 2>&1"
+        "{params.race} evaluate --job {params.job:q} > {log} 2>&1"
+
+
+# A validation-only seed is evaluated at the validation budget alone.
+use rule evaluate as evaluate_validation with:
+    input:
+        ledgers=in_run(f"budget~{VALIDATION_BUDGET}/ledger.json"),
+        base=base_input,
+        data=rules.data.output.eval_in,
+        prm=EVAL_PRM_INPUT,
+    output:
+        evals=in_run(f"budget~{VALIDATION_BUDGET}/eval.json"),
+    wildcard_constraints:
+        seed="|".join(str(s) for s in EXTRA_SEEDS) or "^$",
+    log:
+        "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.eval.log",
+    benchmark:
+        "benchmarks/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.eval.tsv"
 
 
 rule evaluate_base:
@@ -47,26 +57,20 @@ rule evaluate_base:
         data=rules.data.output.eval_in,
         prm=EVAL_PRM_INPUT,
     output:
-        in_results("base/size~{size}/eval.json"),
+        evals=in_results("base/size~{size}/eval.json"),
     params:
         race=RACE_MODEL,
-        data=lambda w, input: os.path.dirname(input.data),
-        policy=lambda w, input: os.path.dirname(input.base),
-        config=S.config_slice(STUDY, "eval", "study"),
-        temperature=STUDY["training"]["temperature"],
-        reward=json.dumps(S.reward_spec(STUDY, next(iter(STUDY["rewards"]))), sort_keys=True),
-        prm=EVAL_PRM_ARG,
+        job=lambda w: J.to_json(J.base_eval_job(STUDY, w.size)),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
     log:
         "logs/base/size~{size}.eval.log",
     benchmark:
         "benchmarks/base/size~{size}.eval.tsv"
-    threads: 1
+    threads: res("evaluate", "threads")
     resources:
-        mem_mb=res("evaluate", "mem_mb", 2000),
-        runtime=res("evaluate", "runtime", 30),
+        mem_mb=res("evaluate", "mem_mb"),
+        runtime=res("evaluate", "runtime"),
+        gpu=res("evaluate", "gpu"),
     shell:
-        "{params.race} evaluate --policy {params.policy} --data {params.data} --out {output}"
-        " --config {params.config:q} --reward-json {params.reward:q} {params.prm}"
-        " --train-temperature {params.temperature} > {log} 2>&1"
+        "{params.race} evaluate --job {params.job:q} > {log} 2>&1"

@@ -10,15 +10,15 @@ rule mlflow_init:
         in_results("mlflow/initialized.json"),
     params:
         race=RACE,
-        spec=json.dumps(S.mlflow_spec(STUDY).__dict__, sort_keys=True),
-        study=STUDY["study"],
+        config=S.config_slice(STUDY, "study", "mlflow"),
     log:
         "logs/mlflow_init.log",
+    threads: res("mlflow_init", "threads")
     resources:
-        mem_mb=res("mlflow_init", "mem_mb", 1000),
-        runtime=res("mlflow_init", "runtime", 5),
+        mem_mb=res("mlflow_init", "mem_mb"),
+        runtime=res("mlflow_init", "runtime"),
     shell:
-        "{params.race} mlflow-init --spec {params.spec:q} --study {params.study} --out {output} > {log} 2>&1"
+        "{params.race} mlflow-init --config {params.config:q} --out {output} > {log} 2>&1"
 
 
 # Mirror every run folder (params, per-step metrics, evaluations) into MLflow in one job, once
@@ -34,13 +34,16 @@ rule mlflow_log:
         in_results("mlflow/logged.json"),
     params:
         race=RACE,
+        # The mirror rebuilds each cell's train and eval jobs (run params, expected evaluations).
         config=S.config_slice(STUDY, "study", "sizes", "rewards", "allocations", "budgets",
-                              "seeds", "race", "eval", "results_dir", "training", "prm", "mlflow"),
+                              "seeds", "race", "eval", "results_dir", "training", "prm", "mlflow",
+                              "resources"),
         selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
     log:
         "logs/mlflow_log.log",
+    threads: res("mlflow_log", "threads")
     resources:
-        mem_mb=res("mlflow_log", "mem_mb", 1000),
-        runtime=res("mlflow_log", "runtime", 10),
+        mem_mb=res("mlflow_log", "mem_mb"),
+        runtime=res("mlflow_log", "runtime"),
     shell:
         "{params.race} mlflow-log --config {params.config:q} {params.selected} --out {output} > {log} 2>&1"

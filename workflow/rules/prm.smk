@@ -12,20 +12,17 @@ rule prm:
         prm=in_results("prm/size~{prm}/prm.json"),
     params:
         race=RACE_MODEL,
-        data=lambda w, input: os.path.dirname(input.train),
-        out=lambda w, output: os.path.dirname(output.prm),
-        config=S.config_slice(STUDY, "prm"),
-        policies=lambda w, input: ",".join(os.path.dirname(p) for p in input.policies),
+        job=lambda w: J.to_json(J.prm_job(STUDY, w.prm)),
     wildcard_constraints:
         prm="|".join(PRMS) or "^$",
     log:
         "logs/prm/size~{prm}.log",
     benchmark:
         "benchmarks/prm/size~{prm}.tsv"
-    threads: 1
+    threads: res("prm", "threads")
     resources:
-        mem_mb=res("prm", "mem_mb", 2000),
-        runtime=res("prm", "runtime", 30),
+        mem_mb=res("prm", "mem_mb"),
+        runtime=res("prm", "runtime"),
+        gpu=res("prm", "gpu"),
     shell:
-        "{params.race} prm --size {wildcards.prm} --policies {params.policies} --data {params.data}"
-        " --out {params.out} --config {params.config:q} > {log} 2>&1"
+        "{params.race} prm --job {params.job:q} > {log} 2>&1"

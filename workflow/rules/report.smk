@@ -38,8 +38,9 @@ rule report:
         out=lambda w, output: os.path.dirname(output.report),
     log:
         "logs/report.log",
+    threads: res("report", "threads")
     resources:
-        mem_mb=res("report", "mem_mb", 2000),
-        runtime=res("report", "runtime", 10),
+        mem_mb=res("report", "mem_mb"),
+        runtime=res("report", "runtime"),
     shell:
         "{params.race} report {input.stages} --out {params.out} --config {params.config:q} > {log} 2>&1"

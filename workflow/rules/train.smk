@@ -15,18 +15,18 @@ rule train:
         done=in_run("DONE"),
     params:
         race=RACE_MODEL,
-        job=lambda w: S.train_job_json(STUDY, cell_of(w)),
+        job=lambda w: J.to_json(J.train_job(STUDY, cell_of(w))),
     wildcard_constraints:
         seed="|".join(str(s) for s in STUDY["seeds"]),
     log:
         "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.log",
     benchmark:
         "benchmarks/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.tsv"
-    threads: 1
+    threads: res("train", "threads")
     resources:
-        mem_mb=res("train", "mem_mb", 3000),
-        runtime=res("train", "runtime", 60),
-        gpus=res("train", "gpus", 0),
+        mem_mb=res("train", "mem_mb"),
+        runtime=res("train", "runtime"),
+        gpu=res("train", "gpu"),
     shell:
         "{params.race} train --job {params.job:q} > {log} 2>&1"
 
@@ -37,7 +37,7 @@ use rule train as train_validation with:
     output:
         rungs=expand(
             in_run("budget~{budget}/ledger.json"),
-            budget=[b for b in BUDGETS if float(b) <= S.validation_budget(STUDY)],
+            budget=[b for b in BUDGETS if float(b) <= float(VALIDATION_BUDGET)],
             allow_missing=True,
         ),
         done=in_run("DONE"),

@@ -1,0 +1,198 @@
+"""``race aggregate``: the runs tables, from the run folders (the source of truth).
+
+``results/runs.csv`` has one row per cell x budget rung (columns: :mod:`race.analysis.columns`;
+``stage`` is ``full`` for a grid cell and ``validation`` for a validation-only seed), plus the
+flags ``in_pilot`` (the pilot's seed at a pilot rung) and ``in_validation`` (a selected config,
+a validation seed, at the validation budget). Base policies appear as budget-0 rows
+(``stage`` ``base``, no FLOPs spent): the starting point of every curve.
+
+``results/race/pilot.csv`` (``--pilot``) holds the pilot alone: what ``race select`` ranks.
+
+``results/stages.csv`` is what the reports read: the same rows repeated once per RACE stage they
+belong to (``pilot``, ``validation``, ``full``), so the pilot ranking, the validation and the
+full grid each see their own rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from race.analysis import columns as cols
+from race.study import cells as C
+from race.study import specs
+
+
+def _read(path: Path) -> dict:
+    if not path.exists():
+        raise FileNotFoundError(f"missing run output: {path}")
+    return json.loads(path.read_text())
+
+
+def _eval_columns(ev: dict, targets: list[str]) -> dict:
+    out = {}
+    results = ev.get("targets", ev)
+    for t in targets:
+        r = results.get(t) or {}
+        flops = r.get("flops") or {}
+        out.update({f"acc_{t}": r.get("acc"), f"acc_{t}_lo": r.get("lo"),
+                    f"acc_{t}_hi": r.get("hi"), f"n_{t}": r.get("n"),
+                    f"eval_flops_{t}": flops.get("model")})
+    return out
+
+
+def _knobs(config: dict, alloc: str) -> dict:
+    a = specs.allocation(config, alloc)
+    return {k: getattr(a, k) for k in cols.KNOB_COLUMNS}
+
+
+def rung_row(config: dict, cell: C.Cell, budget: float, stage: str) -> dict:
+    rung = C.rung_dir(C.run_dir(config, cell), budget)
+    ledger = _read(rung / "ledger.json")
+    phases = ledger["phases"]
+    base = _read(Path(C.base_dir(config, cell.size)) / "pre.json") if C.is_ladder(
+        cell.size) else {}
+    row = {"study": config["study"], "stage": stage, "cell": cell.key, "size": cell.size,
+           "reward": cell.reward, "alloc": cell.alloc, "seed": cell.seed, "budget": budget,
+           **_knobs(config, cell.alloc),
+           "steps": ledger["steps"], "updates": ledger["updates"],
+           "rollouts": ledger["rollouts"], "prompts_seen": ledger["prompts_seen"],
+           "flops_total": ledger["model_flops"], "exec_flops_total": ledger["executed_flops"],
+           "p_learning": ledger["p_learning"], "max_step_flops": ledger["max_step_model_flops"],
+           "wall_s": sum(p["wall_s"] for p in phases.values()),
+           "params": base.get("params"), "non_embedding_params": base.get("non_embedding_params")}
+    for p in cols.PHASES:
+        row[f"flops_{p}"] = phases[p]["model_flops"]
+        row[f"exec_flops_{p}"] = phases[p]["executed_flops"]
+        row[f"tokens_{p}"] = phases[p]["tokens"]
+    row.update(_eval_columns(_read(rung / "eval.json"), specs.eval_targets(config)))
+    return row
+
+
+def base_rows(config: dict) -> list[dict]:
+    """Budget-0 rows: each ladder base policy, once per reward x allocation it starts."""
+    rows = []
+    for size in config["sizes"]:
+        if not C.is_ladder(size):
+            continue
+        base = Path(C.base_dir(config, size))
+        pre, ev = _read(base / "pre.json"), _read(base / "eval.json")
+        for reward in config["rewards"]:
+            for alloc in config["allocations"]:
+                row = {"study": config["study"], "stage": "base",
+                       "cell": C.cell_key(size, reward, alloc, config["seeds"][0]),
+                       "size": size, "reward": reward, "alloc": alloc,
+                       "seed": config["seeds"][0], "budget": 0.0, **_knobs(config, alloc),
+                       "steps": 0, "updates": 0, "rollouts": 0, "prompts_seen": 0,
+                       "p_learning": 0.0, "max_step_flops": 0, "wall_s": 0.0,
+                       "params": pre["params"],
+                       "non_embedding_params": pre["non_embedding_params"]}
+                for p in ["total"] + cols.PHASES:
+                    row[f"flops_{p}"] = 0
+                    row[f"exec_flops_{p}"] = 0
+                for p in cols.PHASES:
+                    row[f"tokens_{p}"] = 0
+                row.update(_eval_columns(ev, specs.eval_targets(config)))
+                if not _same_reward(ev, specs.reward_spec(config, reward)):
+                    _blank_native(row)
+                rows.append(row)
+    return rows
+
+
+def _same_reward(ev: dict, spec: dict) -> bool:
+    """Whether an evaluation's native_reward was measured with the reward ``spec``."""
+    measured = (ev.get("settings") or {}).get("reward")
+    return measured is None or measured == spec
+
+
+def _blank_native(row: dict) -> None:
+    """A base policy is evaluated once, its native reward under one reward system (the
+    first in the config): for the other systems that number would be another reward's, so
+    it is left empty (the report lists it as missing) rather than shown as theirs."""
+    for key in ("acc_native_reward", "acc_native_reward_lo", "acc_native_reward_hi",
+                "n_native_reward", "eval_flops_native_reward"):
+        if key in row:
+            row[key] = None
+
+
+def collect(config: dict, selected: list[dict] | None) -> list[dict]:
+    """Every cell x rung row with its RACE membership flags."""
+    pilot = {float(b) for b in C.pilot_rungs(config)}
+    vb = C.validation_budget(config)
+    chosen = {(s["size"], s["reward"], s["alloc"]) for s in selected or []}
+    vseeds = set(config["race"]["validation_seeds"])
+    rows = []
+    cells = [(c, "full") for c in C.grid_cells(config)]
+    cells += [(c, "validation") for c in C.validation_cells(config, selected or [])]
+    for cell, stage in cells:
+        for budget in C.evaluated_rungs(config, cell):
+            row = rung_row(config, cell, budget, stage)
+            row["in_pilot"] = stage == "full" and cell.seed == config["seeds"][0] and (
+                budget in pilot)
+            row["in_validation"] = ((cell.size, cell.reward, cell.alloc) in chosen
+                                    and cell.seed in vseeds and budget == vb)
+            rows.append(row)
+    return rows
+
+
+def stage_rows(rows: list[dict]) -> list[dict]:
+    """Rows repeated once per stage they belong to (what the reports read)."""
+    out = []
+    for row in rows:
+        if row["stage"] == "base":
+            out.append(dict(row, stage="full"))
+            continue
+        if row["stage"] == "full":
+            out.append(dict(row, stage="full"))
+        if row["in_pilot"]:
+            out.append(dict(row, stage="pilot"))
+        if row["in_validation"]:
+            out.append(dict(row, stage="validation"))
+    return out
+
+
+def pilot_rows(config: dict) -> list[dict]:
+    """The pilot alone: every grid cell of the first seed at each pilot rung (``stage``
+    ``pilot``). Only these evaluations are needed to select, so the validation runs can start
+    while the grid's larger rungs are still being evaluated."""
+    seed = config["seeds"][0]
+    rows = []
+    for cell in C.grid_cells(config):
+        if cell.seed != seed:
+            continue
+        for budget in C.pilot_rungs(config):
+            row = rung_row(config, cell, float(budget), "pilot")
+            rows.append(dict(row, in_pilot=True, in_validation=False))
+    return rows
+
+
+def _columns(config: dict) -> list[str]:
+    return cols.all_columns(specs.eval_targets(config)) + ["in_pilot", "in_validation"]
+
+
+def write_pilot_table(config: dict, out: str | Path) -> Path:
+    """``race aggregate --pilot``: the pilot table that ``race select`` ranks."""
+    import pandas as pd
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(pilot_rows(config), columns=_columns(config)).to_csv(out, index=False)
+    return out
+
+
+def write_tables(config: dict, out: str | Path, selected_path: str | None = None) -> Path:
+    import pandas as pd
+
+    selected = json.loads(Path(selected_path).read_text())["selected"] if selected_path else []
+    rows = base_rows(config) + collect(config, selected)
+    for row in rows:
+        row.setdefault("in_pilot", False)
+        row.setdefault("in_validation", False)
+    columns = _columns(config)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows, columns=columns).to_csv(out, index=False)
+    stages = out.with_name(out.stem.replace("runs", "stages") + out.suffix) if (
+        "runs" in out.stem) else out.with_name(out.stem + "_stages.csv")
+    pd.DataFrame(stage_rows(rows), columns=columns).to_csv(stages, index=False)
+    return out

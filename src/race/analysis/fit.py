@@ -1,0 +1,202 @@
+"""Compute-performance fit per config: ScaleRL's sigmoid in training compute.
+
+    R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)
+
+C is model FLOPs used (``flops_total``, mean over seeds at a rung), R the mean accuracy over
+seeds (a fraction). A is the asymptote, R0 the accuracy at no RL compute, C_mid the compute at
+the midpoint between them, B the steepness per e-fold of compute. Conventions:
+
+- The fit is least squares in log-C space: x = ln C, R = R0 + (A - R0) * logistic(B (x - ln C_mid))
+  (unweighted: every rung counts the same), by ``scipy.optimize.curve_fit`` (trust-region
+  reflective, bounded) from a few fixed starting points, keeping the lowest residual.
+- Bounds: B in [1e-3, 50]; ln C_mid within two decades of the observed compute range; A and R0
+  in [0, 1] when every observed value lies in [0, 1] (an accuracy), unbounded otherwise.
+- R0 is fixed to the base policy's accuracy when one is known: given explicitly, or read from
+  rows with ``flops_total`` == 0 (the base policy evaluated before any RL step; all rewards and
+  allocations of a size share it). Otherwise R0 is a free parameter.
+- Free parameters: 3 (A, B, C_mid) with R0 fixed, else 4. With fewer rungs than that, the
+  status is "insufficient rungs" and no parameter is reported: an under-determined fit would
+  be a curve through the points, not an estimate.
+- Held-out check: refit on every rung but the largest and predict the largest;
+  ``holdout_error_points`` = 100 x (prediction - observation). It needs one rung more than the
+  fit itself, else ``holdout_status`` is "insufficient rungs".
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import OptimizeWarning, curve_fit
+
+from race.analysis.frontier import pooled, seed_summary, targets_in
+
+B_BOUNDS = (1e-3, 50.0)
+#: How far outside the observed compute range C_mid may go (natural log: two decades).
+MID_MARGIN = math.log(100.0)
+
+INSUFFICIENT = "insufficient rungs"
+FAILED = "fit failed"
+
+
+def sigmoid(flops: np.ndarray | float, A: float, B: float, C_mid: float, R0: float) -> np.ndarray:
+    """R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), C in FLOPs (> 0)."""
+    x = np.log(np.asarray(flops, dtype=float))
+    return _logistic(x, A, B, math.log(C_mid), R0)
+
+
+def _logistic(x: np.ndarray, A: float, B: float, m: float, R0: float) -> np.ndarray:
+    # (C_mid / C)^B = exp(B (m - x)); written as a logistic it cannot overflow.
+    return R0 + (A - R0) * 0.5 * (1.0 + np.tanh(0.5 * B * (x - m)))
+
+
+@dataclass(frozen=True)
+class SigmoidFit:
+    """One fit. ``status`` is "ok", "insufficient rungs" or "fit failed" (then params are NaN)."""
+
+    status: str
+    A: float
+    B: float
+    C_mid: float
+    R0: float
+    r0_fixed: bool
+    n_points: int
+    n_free: int
+    rmse: float  # in-sample root mean square residual (fraction)
+
+    def predict(self, flops: np.ndarray | float) -> np.ndarray:
+        return sigmoid(flops, self.A, self.B, self.C_mid, self.R0)
+
+
+def fit_sigmoid(flops: np.ndarray, acc: np.ndarray, r0: float | None = None) -> SigmoidFit:
+    """Fit R(C) to points (FLOPs > 0, accuracy); R0 fixed to ``r0`` when given."""
+    c = np.asarray(flops, dtype=float)
+    r = np.asarray(acc, dtype=float)
+    keep = np.isfinite(c) & np.isfinite(r) & (c > 0)
+    c, r = c[keep], r[keep]
+    fixed = r0 is not None and math.isfinite(r0)
+    n_free = 3 if fixed else 4
+    nan = math.nan
+
+    def result(status: str, p: tuple[float, float, float, float] = (nan,) * 4,
+               rmse: float = nan) -> SigmoidFit:
+        return SigmoidFit(status, p[0], p[1], p[2], p[3], bool(fixed), int(len(c)), n_free,
+                          rmse)
+
+    if len(np.unique(c)) < n_free:
+        return result(INSUFFICIENT)
+    x = np.log(c)
+    values = r if not fixed else np.append(r, r0)
+    bounded = bool(np.all((values >= 0) & (values <= 1)))
+    lo_v, hi_v = (0.0, 1.0) if bounded else (-np.inf, np.inf)
+    m_lo, m_hi = x.min() - MID_MARGIN, x.max() + MID_MARGIN
+    lower = [lo_v, B_BOUNDS[0], m_lo] + ([] if fixed else [lo_v])
+    upper = [hi_v, B_BOUNDS[1], m_hi] + ([] if fixed else [hi_v])
+
+    if fixed:
+        def model(xx: np.ndarray, A: float, B: float, m: float) -> np.ndarray:
+            return _logistic(xx, A, B, m, float(r0))
+    else:
+        model = _logistic
+
+    a0 = float(np.clip(r.max(), lo_v, hi_v))
+    starts = []
+    for q in (0.25, 0.5, 0.75):
+        for b0 in (0.5, 2.0):
+            p0 = [a0, b0, float(np.quantile(x, q))]
+            if not fixed:
+                p0.append(float(np.clip(r.min(), lo_v, hi_v)))
+            starts.append(p0)
+    best: tuple[float, np.ndarray] | None = None
+    for p0 in starts:
+        try:
+            with warnings.catch_warnings():
+                # An exactly determined fit has no covariance estimate: we do not use it.
+                warnings.simplefilter("ignore", OptimizeWarning)
+                p, _ = curve_fit(model, x, r, p0=p0, bounds=(lower, upper), maxfev=5000)
+        except (RuntimeError, ValueError):
+            continue
+        sse = float(np.sum((model(x, *p) - r) ** 2))
+        if best is None or sse < best[0] - 1e-15:
+            best = (sse, p)
+    if best is None:
+        return result(FAILED)
+    sse, p = best
+    A, B, m = (float(v) for v in p[:3])
+    R0 = float(r0) if fixed else float(p[3])
+    return result("ok", (A, B, math.exp(m), R0), math.sqrt(sse / len(r)))
+
+
+FIT_COLUMNS = [
+    "size", "reward", "alloc", "target", "status", "n_rungs", "n_free", "r0_fixed", "A", "B",
+    "C_mid", "R0", "rmse", "holdout_budget", "holdout_flops", "holdout_acc", "holdout_pred",
+    "holdout_error_points", "holdout_status",
+]
+
+
+def base_accuracy(df: pd.DataFrame, targets: list[str]) -> dict[tuple[str, str], float]:
+    """(size, target) -> accuracy of the base policy, from rows with ``flops_total`` == 0."""
+    base = df[df["flops_total"] == 0]
+    out: dict[tuple[str, str], float] = {}
+    for t in targets:
+        for size, v in base.groupby("size")[f"acc_{t}"].mean().items():
+            if math.isfinite(v):
+                out[(str(size), t)] = float(v)
+    return out
+
+
+def rung_points(df: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
+    """Per config, target and rung: mean FLOPs used and mean accuracy over seeds (pooled stages)."""
+    pool = pooled(df)
+    pool = pool[pool["flops_total"] > 0]
+    parts = []
+    for t in targets:
+        s = seed_summary(pool, t, ["size", "reward", "alloc", "budget"])
+        s.insert(3, "target", t)
+        parts.append(s)
+    return pd.concat(parts, ignore_index=True)
+
+
+def fit_table(df: pd.DataFrame, targets: list[str] | None = None,
+              base_acc: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
+    """One fit per (size, reward, alloc, target): columns :data:`FIT_COLUMNS`.
+
+    ``base_acc`` maps (size, target) to the base accuracy that fixes R0; by default it is read
+    from ``flops_total`` == 0 rows (:func:`base_accuracy`), and R0 is free where there are none.
+    """
+    targets = targets_in(df, targets)
+    base = base_accuracy(df, targets) if base_acc is None else base_acc
+    points = rung_points(df, targets)
+    rows = []
+    for (size, reward, alloc, target), g in points.groupby(
+            ["size", "reward", "alloc", "target"], sort=True):
+        g = g[g["acc"].notna()].sort_values("budget")
+        r0 = base.get((size, target))
+        full = fit_sigmoid(g["flops"].to_numpy(), g["acc"].to_numpy(), r0)
+        row: dict[str, object] = {
+            "size": size, "reward": reward, "alloc": alloc, "target": target,
+            "status": full.status, "n_rungs": int(len(g)), "n_free": full.n_free,
+            "r0_fixed": full.r0_fixed, "A": full.A, "B": full.B, "C_mid": full.C_mid,
+            "R0": full.R0, "rmse": full.rmse,
+        }
+        if len(g):
+            last = g.iloc[-1]
+            held = fit_sigmoid(g["flops"].to_numpy()[:-1], g["acc"].to_numpy()[:-1], r0)
+            pred = float(held.predict(last["flops"])) if held.status == "ok" else math.nan
+            row.update({
+                "holdout_budget": float(last["budget"]), "holdout_flops": float(last["flops"]),
+                "holdout_acc": float(last["acc"]), "holdout_pred": pred,
+                "holdout_error_points": 100.0 * (pred - float(last["acc"])),
+                "holdout_status": held.status,
+            })
+        else:
+            row["holdout_status"] = INSUFFICIENT
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=FIT_COLUMNS)
+    order = {t: i for i, t in enumerate(targets)}
+    return (out.assign(_t=out["target"].map(order))
+            .sort_values(["reward", "_t", "size", "alloc"], kind="mergesort")
+            .drop(columns="_t").reset_index(drop=True))

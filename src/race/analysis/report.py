@@ -1,0 +1,553 @@
+"""``reports/``: the tables, the six figures and ``report.md``, from one runs table.
+
+Entry point: :func:`write_reports`. Inputs and conventions:
+
+- One runs table (columns: :mod:`race.analysis.columns`) whose ``stage`` column separates the RACE
+  grids: "pilot", "validation", "full" (a table without the column is one full grid). Separate
+  tables may be given for any stage (``pilot_csv`` ...): each replaces that stage's rows, and all
+  of its rows are taken as that stage.
+- ``config`` (a mapping, a YAML path, or None; the study config of :mod:`race.study.config`) is read
+  for two keys only: ``study`` (the name; a mapping with ``name`` works too; default: the
+  table's ``study`` column) and ``eval.targets`` (the targets to report, in that order; default:
+  every target with a value). A configured target without a value in the table is listed in the
+  report as not evaluated rather than failing.
+- Output (all paths relative to ``out_dir``): runs.csv (the input, sorted), frontier.csv,
+  regime.csv, missing.csv, pilot_rankings.csv, agreement.csv, agreement_ranks.csv,
+  race_cost.csv, fits.csv, figures/<name>.png|svg, report.md. Every file is written on every
+  run (empty tables keep their header; a figure whose input was not run says so), so a workflow
+  can declare them all as outputs.
+- Deterministic: rows sorted, floats written with ``%.10g`` (runs.csv keeps the input's values),
+  no timestamps, no absolute paths in report.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from race.analysis import figures
+from race.analysis.columns import TARGET_LABELS
+from race.analysis.fit import fit_table, rung_points
+from race.analysis.frontier import (
+    CELL_KEYS,
+    config_summary,
+    frontier_table,
+    load_runs,
+    missing_cells,
+    regime_table,
+    size_order,
+    sort_runs,
+    split_stages,
+    targets_in,
+)
+from race.analysis.protocol import (
+    AGREEMENT_COLUMNS,
+    RANK_COLUMNS,
+    RANKING_COLUMNS,
+    Agreement,
+    PilotCost,
+    agreement,
+    cost_dict,
+    pilot_cost,
+    rank_pilot,
+)
+
+#: Ten significant digits: budgets stay exact keys, accuracies stay readable.
+FLOAT_FORMAT = "%.10g"
+FIGURE_DIR = "figures"
+#: Rows of a long table shown in report.md; the rest are in the CSV (the report says so).
+MD_MAX_ROWS = 60
+
+FIGURE_CAPTIONS = {
+    "frontier": "accuracy vs training compute per size × allocation; the grey line joins each "
+                "budget's best config; error bars are 95% intervals.",
+    "compute_breakdown": "share of model FLOPs spent in rollout, learning and reward per "
+                         "config at its largest rung.",
+    "same_flop": "optimizer updates and rollouts each allocation buys at the same budget.",
+    "regime_map": "winning allocation per budget rung and policy size (grey: tie).",
+    "race_agreement": "pilot rank vs validation rank per config, with Spearman ρ, regret and "
+                      "top-1 agreement.",
+    "fits": "mean accuracy per rung and the fitted sigmoid R(C) per config.",
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs
+
+
+def read_config(config: Mapping | str | Path | None) -> dict:
+    """The study config as a dict: a mapping as is, a path through YAML, None as {}."""
+    if config is None:
+        return {}
+    if isinstance(config, Mapping):
+        return dict(config)
+    if str(config).lstrip().startswith("{"):  # the workflow passes its config slice as JSON
+        import json
+
+        return json.loads(str(config))
+    import yaml  # only when a path is given: the reports need no YAML otherwise
+
+    return yaml.safe_load(Path(config).read_text()) or {}
+
+
+def study_name(config: dict, runs: pd.DataFrame) -> str:
+    study = config.get("study")
+    if isinstance(study, Mapping):
+        study = study.get("name")
+    if study:
+        return str(study)
+    if "study" in runs.columns and runs["study"].notna().any():
+        return ", ".join(sorted(runs["study"].dropna().astype(str).unique()))
+    return "unnamed study"
+
+
+def load_tables(runs_csv: str | Path, pilot_csv: str | Path | None = None,
+                validation_csv: str | Path | None = None,
+                full_csv: str | Path | None = None) -> pd.DataFrame:
+    """The runs table with any per-stage table replacing that stage's rows."""
+    runs = load_runs(runs_csv)
+    for stage, path in (("pilot", pilot_csv), ("validation", validation_csv),
+                        ("full", full_csv)):
+        if path is None:
+            continue
+        extra = load_runs(path).assign(stage=stage)
+        runs = pd.concat([runs[runs["stage"] != stage], extra], ignore_index=True)
+    return runs
+
+
+# ----------------------------------------------------------------------------------------------
+# Derived numbers
+
+
+@dataclass(frozen=True)
+class NestedSavings:
+    """Model FLOPs with nested rungs (one run per cell) vs one run per (cell, rung)."""
+
+    n_cells: int
+    n_rungs: int  # (cell, rung) rows
+    separate_flops: float  # sum over cells of the FLOPs used at every rung
+    nested_flops: float  # sum over cells of the FLOPs used at the largest rung
+    saved_flops: float
+
+    @property
+    def saved_share(self) -> float:
+        return self.saved_flops / self.separate_flops if self.separate_flops else math.nan
+
+
+def nested_savings(runs: pd.DataFrame) -> NestedSavings:
+    """Saved = sum over cells of (sum over its rungs of FLOPs used - the largest rung's).
+
+    A cell is a run: (stage, size, reward, alloc, seed); the pilot and validation runs of one
+    config are separate runs.
+    """
+    g = runs.groupby(["stage"] + CELL_KEYS)["flops_total"]
+    separate, nested = float(g.sum().sum()), float(g.max().sum())
+    return NestedSavings(int(g.ngroups), int(len(runs)), separate, nested, separate - nested)
+
+
+def median_interval_width(runs: pd.DataFrame, targets: list[str]) -> float:
+    """Median width (fraction) of the per-row 95% evaluation intervals over all targets."""
+    widths = [runs[f"acc_{t}_hi"] - runs[f"acc_{t}_lo"] for t in targets
+              if f"acc_{t}_hi" in runs.columns and f"acc_{t}_lo" in runs.columns]
+    if not widths:
+        return math.nan
+    return float(pd.concat(widths).median())
+
+
+# ----------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _num(x: object, fmt: str) -> str:
+    if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return format(x, fmt)
+
+
+def _flops(x: object) -> str:
+    return _num(x, ".2e").replace("e+", "e")
+
+
+def _acc(x: object) -> str:
+    return _num(x, ".3f")
+
+
+def _pts(x: object) -> str:
+    return _num(x, ".1f")
+
+
+def _interval(lo: object, hi: object) -> str:
+    return f"[{_acc(lo)}, {_acc(hi)}]"
+
+
+def _yes(x: object) -> str:
+    if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return "yes" if bool(x) else "no"
+
+
+def md_table(rows: list[list[str]], header: list[str]) -> str:
+    """A pipe table; "|" inside a cell (ties) is escaped."""
+    def cell(v: str) -> str:
+        return str(v).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _truncated(n_rows: int, csv_name: str) -> str:
+    if n_rows <= MD_MAX_ROWS:
+        return ""
+    return f"\n\nFirst {MD_MAX_ROWS} of {n_rows} rows shown; all of them are in `{csv_name}`."
+
+
+def _target(t: str) -> str:
+    return TARGET_LABELS.get(t, t)
+
+
+def frontier_md(frontier: pd.DataFrame) -> str:
+    header = ["reward", "target", "budget (FLOPs)", "best size/alloc", "accuracy", "95% interval",
+              "seeds", "runner-up", "gap (pts)", "gap z", "intervals overlap"]
+    rows = []
+    for r in frontier.head(MD_MAX_ROWS).itertuples(index=False):
+        best = r.best + (" (tie)" if r.tie else "") if r.best else "no value"
+        rows.append([r.reward, _target(r.target), _flops(r.budget), best, _acc(r.acc),
+                     _interval(r.acc_lo, r.acc_hi), str(r.n_seeds), r.runner_up or "–",
+                     _pts(100 * r.gap if pd.notna(r.gap) else math.nan),
+                     _num(r.gap_z, ".2f"), _yes(r.overlap)])
+    return md_table(rows, header) + _truncated(len(frontier), "frontier.csv")
+
+
+def regime_md(regime: pd.DataFrame, sizes: list[str], targets: list[str]) -> str:
+    """One budget x size table per (reward, target), cells = winning allocation."""
+    if regime.empty:
+        return "No runs."
+    budgets = sorted(regime["budget"].unique())
+    parts = []
+    for reward in sorted(regime["reward"].unique()):
+        for t in targets:
+            sub = regime[(regime["reward"] == reward) & (regime["target"] == t)]
+            if sub.empty:
+                continue
+            cells = {(r.size, r.budget): (r.best_alloc + (" (tie)" if r.tie else "")
+                                          if r.best_alloc else "no value")
+                     for r in sub.itertuples(index=False)}
+            rows = [[s] + [cells.get((s, b), "not run") for b in budgets] for s in sizes]
+            parts.append(f"**{reward} reward · {_target(t)}**\n\n"
+                         + md_table(rows, ["size \\ budget"] + [_flops(b) for b in budgets]))
+    return "\n\n".join(parts)
+
+
+def agreement_md(ag: Agreement | None, cost: PilotCost | None) -> str:
+    if ag is None:
+        out = ("Not run: the table has no validation rows, so the pilot ranking could not be "
+               "checked. The pilot ranking itself is in `pilot_rankings.csv`.")
+    else:
+        header = ["reward", "target", "configs", "Spearman ρ", "top-1 agrees", "pilot pick",
+                  "validation best", "regret (pts)", "full-grid best", "regret vs full (pts)"]
+        rows = [[r.reward, _target(r.target), str(r.n_common), _num(r.spearman_rho, ".2f"),
+                 _yes(r.top1_agree), r.pilot_pick if isinstance(r.pilot_pick, str) else "–",
+                 r.validation_best if isinstance(r.validation_best, str) else "–",
+                 _pts(r.regret_points),
+                 r.full_best if isinstance(r.full_best, str) else "not run",
+                 _pts(r.regret_full_points)] for r in ag.table.itertuples(index=False)]
+        out = (md_table(rows, header) + "\n\nρ and top-1 are over the configs run in both grids; "
+               "regret = 100 × (validation best − validation accuracy of the pilot's pick); "
+               "regret vs full = 100 × (full grid's best − full grid's accuracy of RACE's final "
+               "choice, the validation best), at the validation budget "
+               f"{_flops(ag.table['validation_budget'].iloc[0]) if len(ag.table) else '–'} "
+               "FLOPs.")
+    if cost is not None and not math.isnan(cost.full_grid_flops):
+        est = (" (an estimate: the full grid was not run, so it is n_configs × validation "
+               f"seeds × validation budget = {cost.n_configs} × {cost.n_validation_seeds} × "
+               f"{_flops(cost.validation_budget)})" if cost.full_grid_estimated else "")
+        out += (f"\n\nCost: the pilot used {_flops(cost.pilot_flops)} model FLOPs, "
+                f"{_pct(cost.pilot_share)} of the full grid's {_flops(cost.full_grid_flops)}"
+                f"{est}; pilot plus validation used "
+                f"{_flops(cost.pilot_flops + cost.validation_flops)}, {_pct(cost.race_share)} "
+                "of it.")
+    elif cost is not None:
+        out += (f"\n\nCost: the pilot used {_flops(cost.pilot_flops)} model FLOPs; its share of "
+                "the full grid is unknown without a validation budget.")
+    return out
+
+
+def _pct(x: float) -> str:
+    return "–" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def fits_md(fits: pd.DataFrame) -> str:
+    header = ["reward", "target", "size/alloc", "status", "rungs", "A", "B", "C_mid (FLOPs)",
+              "R0", "held-out error (pts)"]
+    rows = []
+    for r in fits.head(MD_MAX_ROWS).itertuples(index=False):
+        r0 = _acc(r.R0) + (" (base)" if r.r0_fixed and r.status == "ok" else "")
+        held = (_pts(r.holdout_error_points) if r.holdout_status == "ok"
+                else str(r.holdout_status))
+        rows.append([r.reward, _target(r.target), f"{r.size}/{r.alloc}", r.status,
+                     str(r.n_rungs), _acc(r.A), _num(r.B, ".2f"), _flops(r.C_mid),
+                     r0 if r.status == "ok" else "–", held])
+    return md_table(rows, header) + _truncated(len(fits), "fits.csv")
+
+
+def missing_md(missing: pd.DataFrame) -> str:
+    if missing.empty:
+        return ("None: every config of each stage has a value at every seed, budget and "
+                "target of that stage.")
+    header = ["stage", "size", "reward", "alloc", "seed", "budget (FLOPs)", "target", "reason"]
+    rows = [[r.stage, r.size, r.reward, r.alloc, str(r.seed), _flops(r.budget), r.target,
+             r.reason] for r in missing.head(MD_MAX_ROWS).itertuples(index=False)]
+    return (f"{len(missing)} missing (config, seed, budget, target) entries. They are left out "
+            "of the means above (a config's accuracy at a rung is the mean of the seeds that "
+            "have one; its `n_seeds` says how many).\n\n"
+            + md_table(rows, header) + _truncated(len(missing), "missing.csv"))
+
+
+FLOP_CONVENTIONS = """\
+Every FLOP in this report comes from one analytic model of a Qwen2-style decoder, counting \
+matrix multiplications only: the q, k, v, o, gate, up and down weights of every layer and the \
+LM head (d × V, tied or not; the embedding lookup is free), 2 FLOPs per weight per token in the \
+forward pass plus causal attention, 4·L·H·d_h·c for a token attending to c keys. Biases, norms, \
+rotary, softmax and activations are not counted (well under 1%). **Model FLOPs**, what a cell's \
+budget is charged and what every FLOP axis and column here shows (`flops_*`), count real tokens \
+only, causal attention, and logits only where they are computed. **Executed FLOPs** \
+(`exec_flops_*`) are what the hardware did: padding, full attention blocks and recomputation \
+included; they are never smaller and serve only for utilisation. The backward pass follows \
+autograd: a frozen layer costs only the gradient of its input where one is needed, a trainable \
+weight adds its own gradient, and LoRA adapters add 2·r·(d_in + d_out) FLOPs per token per \
+adapted module to every forward, generation included.
+
+A GRPO step charges three phases. **Rollout**: the KV-cached generation of every completion by \
+the policy with its adapters (one prefill over the prompt, then one cached decode step per \
+further token). **Learning**: the policy's forward and backward over prompt and completion, the \
+reference policy's forward when beta > 0, and the old policy's log-prob forward when a \
+generation batch is reused (num_iterations > 1); steps that reuse a batch generate nothing but \
+are still charged. **Reward**: the feedback model's forward over prompt and completion (PRM or \
+ORM); a rule-based verifier costs 0 FLOPs. Evaluation and pre-training (the base policy's SFT, \
+PRM training) are reported apart and never charged to a cell's budget. A run stops before the \
+step that would take it past its budget, so FLOPs used ≤ budget and the shortfall is less than \
+one step; rungs are matched by budget, and plotted at the FLOPs actually used."""
+
+
+# ----------------------------------------------------------------------------------------------
+# The writer
+
+
+@dataclass
+class Report:
+    """Everything the tables, figures and report.md are made from (:func:`analyse`)."""
+
+    study: str
+    runs: pd.DataFrame  # all stages, sorted
+    targets: list[str]
+    summary: pd.DataFrame  # seed summary per reward, target, budget, size, alloc
+    frontier: pd.DataFrame
+    regime: pd.DataFrame
+    missing: pd.DataFrame
+    points: pd.DataFrame  # fit inputs: mean FLOPs and accuracy per config, target and rung
+    fits: pd.DataFrame
+    rankings: pd.DataFrame  # pilot ranking (empty without pilot rows)
+    agreement: Agreement | None  # None without pilot or validation rows
+    cost: PilotCost | None  # None without pilot rows
+    savings: NestedSavings
+    #: name -> [png, svg] relative to the report's directory (filled when written)
+    figures: dict[str, list[str]] = field(default_factory=dict)
+    #: configured targets with no value in the table
+    targets_not_evaluated: list[str] = field(default_factory=list)
+
+    def figure_data(self) -> figures.FigureData:
+        return figures.FigureData(runs=self.runs, summary=self.summary, frontier=self.frontier,
+                                  regime=self.regime, points=self.points, fits=self.fits,
+                                  targets=self.targets, agreement=self.agreement)
+
+    @property
+    def not_run(self) -> list[str]:
+        """Figures that say "not run" (their input grid is absent)."""
+        return figures.not_run_figures(self.figure_data())
+
+
+def analyse(runs: pd.DataFrame, targets: list[str] | None = None,
+            study: str = "unnamed study") -> Report:
+    """Every table of the report from a normalised runs table (all stages); no I/O."""
+    runs = sort_runs(runs)
+    targets = targets_in(runs, targets)
+    if not targets:
+        raise ValueError("no acc_<target> column has a value; nothing to report")
+    stages = split_stages(runs)
+    pilot, val, full = (stages.get(s) for s in ("pilot", "validation", "full"))
+    summary = config_summary(runs, targets)
+    return Report(
+        study=study, runs=runs, targets=targets, summary=summary,
+        frontier=frontier_table(runs, targets, summary),
+        regime=regime_table(runs, targets, summary),
+        missing=missing_cells(runs, targets),
+        points=rung_points(runs, targets),
+        fits=fit_table(runs, targets),
+        rankings=(rank_pilot(pilot, targets) if pilot is not None
+                  else pd.DataFrame(columns=RANKING_COLUMNS)),
+        agreement=(agreement(pilot, val, full, targets)
+                   if pilot is not None and val is not None else None),
+        cost=pilot_cost(pilot, val, full) if pilot is not None else None,
+        savings=nested_savings(runs),
+    )
+
+
+def _stage_line(runs: pd.DataFrame) -> str:
+    lines = []
+    stages = split_stages(runs)
+    for stage in ["pilot", "validation", "full"] + sorted(set(stages) - {"pilot", "validation",
+                                                                            "full"}):
+        if stage not in stages:
+            lines.append(f"- **{stage}**: not run.")
+            continue
+        g = stages[stage]
+        n_cfg = len(g[["size", "reward", "alloc"]].drop_duplicates())
+        budgets = ", ".join(_flops(b) for b in sorted(g["budget"].unique()))
+        lines.append(f"- **{stage}**: {len(g)} rows, {n_cfg} configs (size × reward × alloc), "
+                     f"{g['seed'].nunique()} seed(s), budget rungs {budgets} model FLOPs.")
+    return "\n".join(lines)
+
+
+def render(rep: Report) -> str:
+    """report.md as a string (pure function of the tables: deterministic)."""
+    runs = rep.runs
+    sizes = size_order(runs) if len(runs) else []
+    n_overlap = sum(1 for v in rep.frontier["overlap"] if v is not pd.NA and bool(v))
+    n_tie = int(rep.frontier["tie"].sum()) if len(rep.frontier) else 0
+    width = median_interval_width(runs, rep.targets)
+    win_width = float((rep.frontier["acc_hi"] - rep.frontier["acc_lo"]).median()) \
+        if len(rep.frontier) else math.nan
+    seeds = {s: g["seed"].nunique() for s, g in split_stages(runs).items()}
+    sv = rep.savings
+
+    out = [f"# RACE report: {rep.study}", ""]
+    out += ["## The question", "",
+            "Under a fixed RL post-training FLOP budget, where should the compute go: into a "
+            "larger policy, more updates of a smaller one, more rollouts per prompt (search), or "
+            "a stronger reward model? Each table answers it per reward system, evaluation target "
+            "and budget rung: the frontiers differ by target.", ""]
+    out += ["## What was run", "",
+            f"Policy sizes: {', '.join(sizes) or '–'}. Reward systems: "
+            f"{', '.join(sorted(runs['reward'].unique())) if len(runs) else '–'}. Allocations: "
+            f"{', '.join(sorted(runs['alloc'].unique())) if len(runs) else '–'}. Targets: "
+            f"{', '.join(_target(t) for t in rep.targets) or '–'}."
+            + (f" Configured but not evaluated (no values in the table): "
+               f"{', '.join(_target(t) for t in rep.targets_not_evaluated)}."
+               if rep.targets_not_evaluated else ""), "",
+            _stage_line(runs), ""]
+    out += ["## FLOP conventions", "", FLOP_CONVENTIONS, ""]
+    out += ["## Frontier: the best config at each budget", "",
+            "Per reward × target × budget rung, the (size, allocation) with the highest mean "
+            "accuracy over seeds, pooled over the pilot, validation and full grids (a run "
+            "present in two grids counts once). One seed: the evaluation's own 95% interval; "
+            "several: mean ± 1.96·se with se² = max(seed variance / k, mean binomial variance / "
+            "k). The gap is to the runner-up, in accuracy points; z = gap / its standard error. "
+            "Ties are listed as a|b, never broken. Full table: `frontier.csv`.", "",
+            frontier_md(rep.frontier) if len(rep.frontier) else "No runs.", ""]
+    out += ["## Regime: the winning allocation per size", "",
+            "Per reward × target: the allocation with the highest mean accuracy at each policy "
+            "size and budget rung (`regime.csv` has accuracies, gaps and runner-ups).", "",
+            regime_md(rep.regime, sizes, rep.targets), ""]
+    out += ["## RACE: does the pilot predict the validation ranking?", "",
+            "A diagnostic, not a guarantee: the pilot ranks every config cheaply with one seed at "
+            "small budgets; the selected top-k plus the baseline are rerun at the validation "
+            "budget with more seeds. `agreement.csv`, `agreement_ranks.csv`, "
+            "`pilot_rankings.csv`, `race_cost.csv`.", "",
+            agreement_md(rep.agreement, rep.cost), ""]
+    out += ["## Compute–performance fits", "",
+            "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) per config and target, least squares in "
+            "log C over the mean accuracy per rung (A: asymptote, B: steepness per e-fold of "
+            "compute, C_mid: FLOPs at the midpoint; R0 is the base policy's accuracy where it "
+            "was evaluated, else fitted). Held-out error = 100 × (prediction − observation) at "
+            "the largest rung from a fit to the others. Fewer rungs than free parameters: "
+            "\"insufficient rungs\", no fit. Full table: `fits.csv`.", "",
+            fits_md(rep.fits) if len(rep.fits) else "No runs.", ""]
+    out += ["## Figures", ""]
+    not_run = rep.not_run
+    for name in figures.FIGURE_NAMES:
+        png, svg = rep.figures[name]
+        state = " **Not run** (the figure says why)." if name in not_run else ""
+        out += [f"- **{name}**: {FIGURE_CAPTIONS[name]}{state} ([SVG]({svg}))", "",
+                f"  ![{name}]({png})", ""]
+    out += ["## Nested budget rungs", "",
+            f"Each of the {sv.n_cells} cells (stage × size × reward × alloc × seed) is one run "
+            f"that is evaluated at every rung it crosses ({sv.n_rungs} cell × rung rows). Run "
+            f"separately, the rungs would cost {_flops(sv.separate_flops)} model FLOPs (sum over "
+            f"cells of the FLOPs used at every rung); nested, they cost "
+            f"{_flops(sv.nested_flops)} (the largest rung of each cell): "
+            f"{_flops(sv.saved_flops)} saved ({_pct(sv.saved_share)}). This holds for a "
+            "budget-independent (constant) learning-rate schedule; a schedule that depends on "
+            "the budget needs one run per rung.", ""]
+    out += ["## Missing cells", "", missing_md(rep.missing), ""]
+    seeds_txt = ", ".join(f"{s}: {n}" for s, n in sorted(seeds.items())) or "–"
+    out += ["## Caveats", "",
+            "- RACE is a diagnostic, not a guarantee: a pilot ranking at small budgets can "
+            "reorder at larger ones (see ρ and regret above), and only the selected configs are "
+            "checked at the validation budget unless the full grid was run.",
+            f"- Seeds per stage: {seeds_txt}. Pilot rankings rest on one seed; intervals across "
+            "2–3 seeds use a normal approximation and are optimistic.",
+            f"- Median width of a row's 95% evaluation interval: {_pts(100 * width)} accuracy "
+            f"points; of the frontier winners' intervals: {_pts(100 * win_width)} points. "
+            f"{n_overlap} of {len(rep.frontier)} frontier winners overlap their runner-up's "
+            f"interval, and {n_tie} are exact ties: read those as undecided.",
+            "- Fits extrapolate a four-parameter curve from a handful of rungs; trust the "
+            "held-out error, not the asymptote, when they disagree.",
+            "- FLOPs are analytic model FLOPs (see conventions); wall time and executed FLOPs "
+            "can rank allocations differently.", ""]
+    return "\n".join(out)
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> Path:
+    df.to_csv(path, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    return path
+
+
+def write_tables(rep: Report, out: Path) -> list[Path]:
+    """The CSV tables of a report (every file, header only when empty)."""
+    ag = rep.agreement
+    cost = [cost_dict(rep.cost)] if rep.cost else []
+    return [
+        _write_csv(rep.runs, out / "runs.csv"),
+        _write_csv(rep.frontier, out / "frontier.csv"),
+        _write_csv(rep.regime, out / "regime.csv"),
+        _write_csv(rep.missing, out / "missing.csv"),
+        _write_csv(rep.fits, out / "fits.csv"),
+        _write_csv(rep.rankings, out / "pilot_rankings.csv"),
+        _write_csv(ag.table if ag else pd.DataFrame(columns=AGREEMENT_COLUMNS),
+                   out / "agreement.csv"),
+        _write_csv(ag.ranks if ag else pd.DataFrame(columns=RANK_COLUMNS),
+                   out / "agreement_ranks.csv"),
+        _write_csv(pd.DataFrame(cost, columns=list(PilotCost.__dataclass_fields__)),
+                   out / "race_cost.csv"),
+    ]
+
+
+def write_reports(runs_csv: str | Path, out_dir: str | Path,
+                  config: Mapping | str | Path | None = None, *,
+                  pilot_csv: str | Path | None = None, validation_csv: str | Path | None = None,
+                  full_csv: str | Path | None = None) -> list[Path]:
+    """Write every table, figure and report.md under ``out_dir``; return the paths, sorted."""
+    cfg = read_config(config)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = load_tables(runs_csv, pilot_csv, validation_csv, full_csv)
+    section = cfg.get("eval")
+    wanted = list(section.get("targets") or []) if isinstance(section, Mapping) else []
+    available = targets_in(runs)
+    targets = [t for t in wanted if t in available] or available
+    rep = analyse(runs, targets, study_name(cfg, runs))
+    rep.targets_not_evaluated = [t for t in wanted if t not in available]
+    paths = write_tables(rep, out)
+    figs = figures.write_all(rep.figure_data(), out / FIGURE_DIR)
+    rep.figures = {n: [p.relative_to(out).as_posix() for p in ps] for n, ps in figs.items()}
+    md = out / "report.md"
+    md.write_text(render(rep))
+    paths.append(md)
+    paths += [p for ps in figs.values() for p in ps]
+    return sorted(paths)

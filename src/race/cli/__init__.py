@@ -1,0 +1,80 @@
+"""The ``race`` command line: one module per verb, one table.
+
+:data:`COMMANDS` maps each verb to the module that implements it and says whether the verb runs
+torch; the entry point (:func:`main`) and the warm-start preloader read it, and nothing else
+lists the verbs. A verb module parses arguments only and calls its stage:
+
+    HELP                      one line for ``race --help``
+    add_arguments(parser)     its flags
+    run(args) -> int          the exit status
+
+Model verbs (pretrain, prm, train, evaluate) take a typed job: ``--job JSON`` from the workflow,
+or ``--config FILE --cell KEY`` from a human, built by the same function
+(:mod:`race.study.jobs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import NamedTuple
+
+
+class Command(NamedTuple):
+    module: str  # the verb's CLI module
+    torch: bool  # the verb runs torch (else its ~2.5 s import is skipped)
+    stage: str | None = None  # the stage module a model verb runs (what warm start preloads)
+
+
+COMMANDS: dict[str, Command] = {
+    "models": Command("race.cli.models", True),
+    "flops": Command("race.cli.flops", False),
+    "check-config": Command("race.cli.check_config", False),
+    "data": Command("race.cli.data", False),
+    "tokenizer": Command("race.cli.tokenizer", True),
+    "pretrain": Command("race.cli.pretrain", True, "race.policy.pretrain"),
+    "prm": Command("race.cli.prm", True, "race.feedback.prm_training"),
+    "train": Command("race.cli.train", True, "race.grpo.run"),
+    "evaluate": Command("race.cli.evaluate", True, "race.evaluation.evaluate"),
+    "aggregate": Command("race.cli.aggregate", False),
+    "select": Command("race.cli.select", False),
+    "report": Command("race.cli.report", False),
+    "mlflow-init": Command("race.cli.mlflow_init", False),
+    "mlflow-log": Command("race.cli.mlflow_log", False),
+}
+
+
+def model_modules() -> list[str]:
+    """The CLI and stage modules of the model verbs (those with a stage)."""
+    return [m for c in COMMANDS.values() if c.stage for m in (c.module, c.stage)]
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every verb, or of ``only`` (then only its module is imported)."""
+    parser = argparse.ArgumentParser(prog="race", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for verb, command in COMMANDS.items():
+        if only is not None and verb != only:
+            continue
+        module = importlib.import_module(command.module)
+        doc = module.__doc__ or module.HELP
+        p = sub.add_parser(verb, help=module.HELP, description=doc,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verb = argv[0] if argv and argv[0] in COMMANDS else None
+    if verb is None or COMMANDS[verb].torch:
+        import torch
+
+        # One thread per process unless a job says otherwise: on 2 cores the default made
+        # steps 5-30x slower (docs/design.md). Model verbs then apply their job's threads.
+        torch.set_num_threads(1)
+    args = build_parser(verb).parse_args(argv)
+    return int(args.func(args) or 0)
+

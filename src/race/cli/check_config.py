@@ -1,0 +1,25 @@
+"""``race check-config``: validate a study config (schema + cross-field checks), nothing written."""
+
+from __future__ import annotations
+
+import sys
+
+HELP = "validate a study config (schema + cross-field)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("config", help="path to a study config YAML")
+
+
+def run(args) -> int:
+    from race.study.cells import grid_cells
+    from race.study.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.config}: valid ({len(grid_cells(config))} grid cells, "
+          f"{len(config['budgets'])} budget rungs)")
+    return 0

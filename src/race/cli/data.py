@@ -1,0 +1,25 @@
+"""``race data``: the task splits (train / eval_in / eval_ood) as JSONL."""
+
+from __future__ import annotations
+
+import json
+
+HELP = "write the task splits (train / eval_in / eval_ood) as JSONL"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--out", required=True, help="output directory, e.g. results/data")
+    p.add_argument("--config", help="study config; its task: section sets the task")
+
+
+def run(args) -> int:
+    from race.data.sources import write_task_data
+
+    task = {}
+    if args.config:
+        from race.study.config import load_config
+
+        task = load_config(args.config).get("task", {})
+    paths = write_task_data(task, args.out)
+    print(json.dumps({k: str(v) for k, v in paths.items()}))
+    return 0

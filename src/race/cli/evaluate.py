@@ -1,0 +1,30 @@
+"""``race evaluate``: every evaluation target of every snapshot of a cell, or of a base policy
+(see race.evaluation.evaluate).
+
+    race evaluate --job JSON
+    race evaluate --config config.yaml --cell size~nano/reward~rule/alloc~base/seed~0 [--budget 2e10]
+    race evaluate --config config.yaml --cell size~nano          (the base policy)
+"""
+
+from __future__ import annotations
+
+from race.cli.jobs import add_job_arguments, load_job
+
+HELP = "evaluate a cell's budget-rung snapshots (or a base policy)"
+
+
+def add_arguments(p) -> None:
+    add_job_arguments(p, "run key size~S/reward~R/alloc~A/seed~N, or size~S for a base policy "
+                         "(with --config)", budget=True)
+
+
+def run(args) -> int:
+    from race.evaluation.evaluate import run_evaluation
+
+    for out, payload in run_evaluation(load_job("evaluate", args)):
+        for target, r in payload["targets"].items():
+            print(f"{target}: skipped ({r['skipped']})" if r["skipped"] else
+                  f"{target}: {r['acc']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}] n={r['n']} "
+                  f"eval FLOPs {r['flops']['model']:.3g}")
+        print(f"wrote {out} ({payload['wall_s']:.1f} s)")
+    return 0

@@ -1,0 +1,41 @@
+"""The arguments every model verb shares: the job as JSON, or a config file and a cell key."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_job_arguments(parser: argparse.ArgumentParser, cell_help: str,
+                      budget: bool = False) -> None:
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--job", help="the job as JSON (what the workflow passes)")
+    src.add_argument("--config", help="study config file (with --cell)")
+    parser.add_argument("--cell", help=cell_help)
+    if budget:
+        parser.add_argument("--budget", type=float,
+                            help="only this budget rung (FLOPs, e.g. 2e10; default: every "
+                                 "evaluated rung of the cell)")
+
+
+def load_job(verb: str, args: argparse.Namespace):
+    """The typed job of ``race <verb>``: from ``--job``, or built from ``--config --cell``
+    by the workflow's own builder. Sets torch's threads to the job's."""
+    from race.study import jobs
+    from race.study.cells import ConfigError
+
+    try:
+        if args.job:
+            job = jobs.from_json(jobs.JOBS[verb], args.job)
+        else:
+            if not args.cell:
+                raise SystemExit(f"race {verb}: --cell is required with --config")
+            from race.study.config import load_config
+
+            config = load_config(args.config)
+            job = jobs.job_for_cell(verb, config, args.cell, getattr(args, "budget", None))
+    except (ConfigError, ValueError, TypeError) as exc:
+        raise SystemExit(f"race {verb}: {exc}") from None
+    import torch
+
+    torch.set_num_threads(job.threads)
+    return job

@@ -1,0 +1,39 @@
+"""``race report``: everything under reports/ -- runs, frontier, regime, missing, RACE agreement
+and fit tables, six figures (PNG and SVG) and report.md.
+
+    race report RUNS_CSV --out reports/ [--config config.yaml]
+                [--pilot-csv P] [--validation-csv V] [--full-csv F]
+
+The grids are separated by the ``stage`` column of RUNS_CSV; a per-stage CSV replaces that
+stage's rows (see race.analysis.report).
+"""
+
+from __future__ import annotations
+
+import sys
+
+HELP = "write frontier tables, figures and report.md"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("runs_csv", metavar="RUNS_CSV",
+                   help="runs table; grids separated by its stage column")
+    p.add_argument("--out", required=True, help="output directory (e.g. reports/)")
+    p.add_argument("--config", default=None,
+                   help="study config YAML (reads study and eval.targets)")
+    p.add_argument("--pilot-csv", default=None, help="pilot rows (replace stage == 'pilot')")
+    p.add_argument("--validation-csv", default=None,
+                   help="validation rows (replace stage == 'validation')")
+    p.add_argument("--full-csv", default=None, help="full-grid rows (replace stage == 'full')")
+
+
+def run(args) -> int:
+    from race.analysis.report import write_reports
+
+    try:
+        paths = write_reports(args.runs_csv, args.out, args.config, pilot_csv=args.pilot_csv,
+                              validation_csv=args.validation_csv, full_csv=args.full_csv)
+    except ValueError as exc:  # a table or target problem: say it, no traceback
+        raise SystemExit(f"race report: {exc}") from exc
+    print(f"race report: {len(paths)} files -> {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,38 @@
+"""Where the task splits come from: the synthetic arithmetic task, the user's JSONL files, or a
+``datasets`` id (GSM8K-style; needs a reachable hub)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+
+def write_task_data(task: dict, out: str) -> dict:
+    """Write train / eval_in / eval_ood JSONL for the config's ``task:`` section.
+
+    arithmetic: the synthetic task (deterministic from its seed); jsonl: the user's files,
+    validated and copied; hf: a ``datasets`` id (needs a reachable hub), GSM8K-style mapping.
+    """
+
+    from race.data.task import TaskSpec, load_hf_split, load_jsonl, write_jsonl, write_splits
+
+    kind = task.get("kind", "arithmetic")
+    if kind == "arithmetic":
+        names = {f.name for f in fields(TaskSpec)}
+        return write_splits(TaskSpec(**{k: v for k, v in task.items() if k in names}), out)
+    paths = {}
+    for split in ("train", "eval_in", "eval_ood"):
+        if kind == "jsonl":
+            key = f"{split}_jsonl"
+            if not task.get(key):
+                raise ValueError(f"task.{key}: required when task.kind is jsonl")
+            records = load_jsonl(task[key])
+        else:
+            dataset = task["hf_ood_id"] if split == "eval_ood" and task.get("hf_ood_id") else (
+                task["hf_id"])
+            records = load_hf_split(dataset, "train" if split == "train" else "test",
+                                    task.get("hf_config"))
+        paths[split] = Path(out) / f"{split}.jsonl"
+        write_jsonl(paths[split], ({"prompt": r.prompt, "answer": r.answer,
+                                    "solution": r.solution, **r.meta} for r in records))
+    return paths

@@ -1,0 +1,170 @@
+"""Evaluation of one policy snapshot: every target with its own ``eval`` FLOP ledger.
+
+A snapshot is a base policy, or a base policy plus the LoRA adapter of a budget rung
+(``results/runs/<cell>/budget~<B>/``). Targets (accuracies are fractions in [0, 1]; each comes
+with a 95% interval and its ``n`` = the number of prompts the interval is computed over):
+
+``in_pass1``       greedy pass@1 on the first ``n_in`` eval-in prompts (Wilson interval).
+``ood_pass1``      greedy pass@1 on the first ``n_ood`` eval-OOD prompts -- longer chains than
+                   training, hence the larger ``max_new_tokens_ood`` (Wilson).
+``maj_k``          ``k`` completions sampled at ``temperature`` for each of the first
+                   ``sample_prompts`` eval-in prompts; the majority final answer is scored.
+                   Unparseable answers never vote; ties go to the earliest-sampled answer among
+                   the tied (:func:`race.evaluation.metrics.majority_index`) (Wilson).
+``prm_bon``        ``bon_n`` completions per prompt (the same prompts) reranked by a PRM: the
+                   highest aggregated step score is scored, ties to the earliest sample
+                   (:func:`race.evaluation.metrics.best_index`) (Wilson). Without a PRM the target is
+                   skipped and the reason recorded -- never a made-up number.
+``native_reward``  the cell's training reward (a ``rewards:`` entry through
+                   :func:`race.feedback.rewards.build_reward`) on the first ``native_prompts`` eval-in
+                   prompts, ``native_samples`` completions each at the training temperature:
+                   the mean reward, with a cluster-bootstrap interval over prompts.
+
+FLOPs. Every number is charged to the ``eval`` phase and kept apart from the training budget.
+Per target: ``model`` (real tokens, causal attention: the budget convention of race.flops.analytic),
+``executed`` (what the kernels ran: left-padded prompts, full attention blocks, every row of a
+batch decoding until its longest row stops) and ``tokens`` (completion tokens generated plus
+tokens a scorer read). Generation is charged from the shapes race.policy.generation returns; PRM and
+reward-model scoring from the scorer's ``consume()``; the rule verifier costs 0.
+
+* A merged adapter (``merge_adapter: true``, the default: what a deployment does) costs
+  nothing extra, so no LoRA FLOPs are charged; unmerged, every forward is charged the adapter's
+  ``2·r·(d_in + d_out)`` per token per adapted module.
+* Each target's ledger is the compute that target needs by itself. With ``share_samples``
+  (default) maj@k and best-of-n draw ONE pool of ``max(k, bon_n)`` samples per prompt and use
+  its first ``k`` / ``bon_n``; a target that uses only a prefix is charged the generation of
+  its own samples batched on their own (model FLOPs exact per row; executed FLOPs of batches of
+  ``batch_size`` of those rows, each at its longest prompt and completion). What the job
+  really ran -- the pool once -- is reported once in ``executed_total``; ``charged_total`` is
+  the sum of the per-target ledgers.
+
+Determinism: generation is reseeded per batch from ``seed`` and a fixed per-target salt (so a
+target's samples do not depend on which other targets run) and the bootstrap is seeded; with
+one torch thread the same inputs give an identical ``eval.json`` except its ``wall_s`` fields.
+
+``eval.json`` (format ``race-eval/1``, written atomically; FLOPs are JSON integers)::
+
+    format, phase ("eval"), policy, adapter, adapter_merged, lora_flops_charged,
+    rung {step, budget, train_model_flops}      (a base policy: step 0)
+    settings {every EvalSpec field, prm, reward, sample_sharing}
+    targets {<target>: {acc, lo, hi, n, samples, interval, correct,
+                        flops {model, executed, tokens},
+                        flops_parts {generation {...}, scoring {...}},
+                        wall_s, skipped, details}}
+    charged_total {model, executed, tokens}     (sum of the per-target ledgers)
+    executed_total {model, executed, tokens}    (what the job ran: a shared pool once)
+    wall_s
+
+A skipped target has ``acc = lo = hi = None``, ``n = 0``, zero FLOPs and ``skipped`` = why.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from race.atomic import write_text_atomic
+from race.data.task import Record, load_jsonl
+from race.evaluation.evaluator import Evaluator, add_flops, flops_json
+from race.evaluation.snapshot import load_snapshot, rung_info
+from race.study.specs import EvalSpec
+
+EVAL_FORMAT = "race-eval/1"
+
+
+def _load_split(data_dir: str | Path, name: str) -> list[Record]:
+    return load_jsonl(Path(data_dir) / f"{name}.jsonl")
+
+
+def _resolve_prm(prm, spec: EvalSpec, results_dir: str | Path):
+    """(scorer or None, description). A string is loaded with race.feedback.models.load_prm (imported
+    here: race.feedback.models is only needed when a PRM is used)."""
+    prm = spec.prm if prm is None else prm
+    if prm is None or "prm_bon" not in spec.targets:
+        return None, None
+    if isinstance(prm, str | Path):
+        from race.feedback.loading import load_prm
+
+        return load_prm(str(prm), results_dir=str(results_dir)), str(prm)
+    return prm, getattr(prm, "name", type(prm).__name__)
+
+
+def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path):
+    if reward is None or "native_reward" not in spec.targets:
+        return None, None
+    if isinstance(reward, dict):
+        from race.feedback.rewards import build_reward
+
+        return build_reward(reward, tokenizer=tokenizer, results_dir=str(results_dir)), reward
+    return reward, getattr(reward, "__name__", type(reward).__name__)
+
+
+def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = None,
+             spec: EvalSpec | None = None, *, adapter: str | Path | None = None,
+             reward: dict | Callable | None = None, prm: str | Path | Any | None = None,
+             results_dir: str | Path = "results", dtype: str = "float32") -> dict:
+    """Evaluate one snapshot on every target of ``spec``; returns (and writes to ``out``) the
+    ``eval.json`` payload.
+
+    ``reward``: a ``rewards:`` entry (dict, built with race.feedback.rewards.build_reward) or a reward
+    object; ``prm``: a PRM ladder name (``results_dir/prm/size~NAME``), a path or hub id (loaded
+    with race.feedback.models.load_prm), or a scorer object; ``None`` falls back to ``spec.prm``.
+    """
+    t0 = time.perf_counter()
+    spec = spec or EvalSpec()
+    # Read only the splits the targets use (an in-distribution-only data folder is enough).
+    eval_in = _load_split(data_dir, "eval_in") if set(spec.targets) - {"ood_pass1"} else []
+    eval_ood = _load_split(data_dir, "eval_ood") if "ood_pass1" in spec.targets else []
+    snap = load_snapshot(policy, adapter, merge=spec.merge_adapter,
+                         attn_implementation=spec.attn_implementation, dtype=dtype)
+    scorer, prm_name = _resolve_prm(prm, spec, results_dir)
+    reward_fn, reward_desc = _resolve_reward(reward, spec, snap.tokenizer, results_dir)
+    evaluator = Evaluator(snap, eval_in, eval_ood, spec, prm=scorer, reward=reward_fn)
+    results = evaluator.run()
+    payload = {
+        "format": EVAL_FORMAT,
+        "phase": "eval",  # kept apart from the training budget (race.flops.ledger.BUDGET_PHASES)
+        "policy": snap.policy,
+        "adapter": snap.adapter,
+        "adapter_merged": snap.merged,
+        "lora_flops_charged": snap.lora is not None,
+        "rung": rung_info(adapter),
+        "settings": {**asdict(spec), "targets": list(spec.targets), "prm": prm_name,
+                     "reward": reward_desc, "sample_sharing": _sharing_note(spec)},
+        "targets": {t: r.to_json() for t, r in results.items()},
+        "charged_total": flops_json(add_flops(*(r.flops for r in results.values()))),
+        "executed_total": flops_json(evaluator.executed_total),
+        "wall_s": 0.0,
+    }
+    payload["wall_s"] = round(time.perf_counter() - t0, 4)
+    if out is not None:
+        write_text_atomic(out, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    return payload
+
+
+def _sharing_note(spec: EvalSpec) -> str:
+    if not spec.share_samples:
+        return "maj_k and prm_bon draw their own samples; each ledger is what it ran"
+    return ("maj_k and prm_bon share one pool of max(k, bon_n) samples per prompt; each target "
+            "is charged the generation of its own first k / bon_n samples as if run alone "
+            "(plus PRM scoring for prm_bon); executed_total counts the pool once")
+
+
+def run_evaluation(job):
+    """``race evaluate``: every snapshot of a :class:`race.study.jobs.EvalJob`, one after the
+    other in this process (the policy is reloaded per snapshot: merging an adapter changes its
+    weights). Yields ``(eval.json path, payload)`` as each is written; with live MLflow the
+    metrics also go to the cell's run at the rung's training step."""
+    for snapshot in job.snapshots:
+        payload = evaluate(job.policy, job.data_dir, snapshot.out, job.spec,
+                           adapter=snapshot.adapter, reward=job.reward, prm=job.prm,
+                           results_dir=job.results_dir, dtype=job.dtype)
+        if job.mlflow is not None and job.mlflow.enabled and snapshot.adapter is not None:
+            from race.tracking.eval_metrics import log_to_mlflow
+
+            log_to_mlflow(payload, job.run_dir, job.mlflow, study=job.study)
+        yield snapshot.out, payload

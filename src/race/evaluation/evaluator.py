@@ -1,0 +1,343 @@
+"""The evaluator: every target of one loaded snapshot, each with its own ``eval`` FLOP ledger
+(the targets, their intervals and what each is charged are described in
+:mod:`race.evaluation.evaluate`)."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from race.data.task import MARKER, Record, extract_answer, verify, verify_math
+from race.evaluation.metrics import best_index, bootstrap_interval, majority_index, mean, wilson
+from race.evaluation.snapshot import Snapshot
+from race.flops import analytic as flops
+from race.flops.meter import PhaseFlops
+from race.study.specs import EvalSpec
+
+#: Seed salts: each sampled draw has its own random stream (see race.evaluation.evaluate).
+_SALT = {"pool": 3, "prm_bon": 4, "native_reward": 5}
+
+ZERO = PhaseFlops(0, 0, 0)
+
+
+# --------------------------------------------------------------------------- results
+
+
+def add_flops(*parts: PhaseFlops) -> PhaseFlops:
+    return PhaseFlops(sum(p.model for p in parts), sum(p.executed for p in parts),
+                      sum(p.tokens for p in parts))
+
+
+def flops_json(p: PhaseFlops) -> dict[str, int]:
+    return {"model": int(p.model), "executed": int(p.executed), "tokens": int(p.tokens)}
+
+
+@dataclass
+class TargetResult:
+    """One target: value, 95% interval, its n, and its eval ledger (generation + scoring)."""
+
+    acc: float | None  # accuracy (or mean reward for native_reward); None when skipped
+    lo: float | None
+    hi: float | None
+    n: int  # prompts the value and interval are computed over
+    samples: int = 0  # completions generated for it
+    interval: str | None = None  # "wilson" | "bootstrap"
+    correct: int | None = None  # binary targets: prompts scored correct
+    generation: PhaseFlops = ZERO
+    scoring: PhaseFlops = ZERO
+    wall_s: float = 0.0
+    skipped: str | None = None  # why the target did not run
+    details: dict = field(default_factory=dict)  # the target's own settings
+
+    @property
+    def flops(self) -> PhaseFlops:
+        return add_flops(self.generation, self.scoring)
+
+    @classmethod
+    def skip(cls, reason: str) -> TargetResult:
+        return cls(None, None, None, 0, skipped=reason)
+
+    def to_json(self) -> dict:
+        return {
+            "acc": self.acc, "lo": self.lo, "hi": self.hi, "n": self.n,
+            "samples": self.samples, "interval": self.interval, "correct": self.correct,
+            "flops": flops_json(self.flops),
+            "flops_parts": {"generation": flops_json(self.generation),
+                            "scoring": flops_json(self.scoring)},
+            "wall_s": round(self.wall_s, 4), "skipped": self.skipped, "details": self.details,
+        }
+
+
+def _binary_result(correct: list[bool], **kw) -> TargetResult:
+    n, c = len(correct), int(sum(correct))
+    lo, hi = wilson(c, n)
+    return TargetResult(c / n, lo, hi, n, interval="wilson", correct=c, **kw)
+
+
+# --------------------------------------------------------------------------- FLOPs
+
+
+def batch_flops(arch: flops.Arch, batches, lora: flops.LoraSpec | None = None) -> PhaseFlops:
+    """Generation FLOPs of ``race.policy.generation`` batches, from the shapes they really ran."""
+    model = executed = tokens = 0
+    for b in batches:
+        model += flops.batch_generate_flops(arch, b.prompt_lens, b.completion_lens, lora=lora)
+        executed += flops.batch_generate_flops(
+            arch, b.prompt_lens, b.completion_lens, executed=True, lora=lora,
+            padded_prompt_len=b.padded_prompt_len, generated_width=b.new_tokens_run)
+        tokens += sum(b.completion_lens)
+    return PhaseFlops(model, executed, tokens)
+
+
+def rebatched_flops(arch: flops.Arch, rows: Sequence[tuple[int, int]], batch_size: int,
+                    lora: flops.LoraSpec | None = None) -> PhaseFlops:
+    """Generation FLOPs of ``rows`` = (prompt_len, completion_len) generated on their own.
+
+    Rows are batched in order, ``batch_size`` at a time, each batch left-padded to its longest
+    prompt and decoding until its longest completion (what ``generate`` would run for these
+    lengths). Model FLOPs do not depend on the batching.
+    """
+    batches = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        prompts, completions = [p for p, _ in chunk], [g for _, g in chunk]
+        batches.append(_Shapes(prompts, completions, max(prompts), max(completions)))
+    return batch_flops(arch, batches, lora)
+
+
+@dataclass
+class _Shapes:
+    """The fields of race.policy.generation.GenerationBatch that FLOPs need."""
+
+    prompt_lens: list[int]
+    completion_lens: list[int]
+    padded_prompt_len: int
+    new_tokens_run: int
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def _math_answer(completion: str) -> float | None:
+    """The final number as :func:`race.data.task.verify_math` reads it (after the last marker, else
+    the last number in the text)."""
+    text = completion.rsplit(MARKER, 1)[1] if MARKER in completion else completion
+    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
+    if not numbers:
+        return None
+    try:
+        value = float(numbers[0 if MARKER in completion else -1].replace(",", ""))
+    except ValueError:
+        return None
+    return round(value, 6)  # verify_math compares to 1e-6: equal keys vote together
+
+
+def verifier(name: str) -> tuple[Callable[[str, str], bool], Callable[[str], Any]]:
+    """(is the completion correct, its final-answer key for majority voting) for a verifier."""
+    if name == "math":
+        return verify_math, _math_answer
+    return verify, extract_answer
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+@dataclass
+class SamplePool:
+    """``per_prompt`` sampled completions for each record, in sampling order."""
+
+    records: list[Record]
+    per_prompt: int
+    texts: list[list[str]]  # [prompt][sample]
+    rows: list[list[tuple[int, int]]]  # [prompt][sample] -> (prompt_len, completion_len)
+    batches: list  # race.policy.generation.GenerationBatch
+    wall_s: float
+
+    def prefix_rows(self, m: int) -> list[tuple[int, int]]:
+        return [r for group in self.rows for r in group[:m]]
+
+
+class Evaluator:
+    """Runs the targets of one snapshot. ``prm``: an object with ``score(prompts, completions,
+    aggregate)`` and ``consume()`` (or None); ``reward``: a TRL-style reward function with
+    ``consume()`` (or None): a missing one skips its target, with the reason recorded."""
+
+    def __init__(self, snapshot: Snapshot, eval_in: list[Record], eval_ood: list[Record],
+                 spec: EvalSpec, *, prm=None, reward=None):
+        self.snap, self.spec = snapshot, spec
+        self.eval_in, self.eval_ood = eval_in, eval_ood
+        self.prm, self.reward = prm, reward
+        self.is_correct, self.answer_key = verifier(spec.verifier)
+        self.executed_total = ZERO  # what really ran (a shared pool counted once)
+
+    # ------------------------------------------------------------------ plumbing
+    def _generate(self, prompts: list[str], *, max_new_tokens: int, samples: int = 1,
+                  temperature: float | None = None, salt: int = 0):
+        from race.policy.generation import generate
+
+        return generate(self.snap.model, self.snap.tokenizer, prompts,
+                        max_new_tokens=max_new_tokens, batch_size=self.spec.batch_size,
+                        do_sample=temperature is not None,
+                        temperature=1.0 if temperature is None else float(temperature),
+                        seed=self.spec.seed * 1009 + salt, num_return_sequences=samples)
+
+    def _charge(self, part: PhaseFlops) -> PhaseFlops:
+        self.executed_total = add_flops(self.executed_total, part)
+        return part
+
+    def sample_pool(self, records: list[Record], per_prompt: int, *, max_new_tokens: int,
+                    temperature: float, salt: int) -> SamplePool:
+        t0 = time.perf_counter()
+        gens = self._generate([r.prompt for r in records], max_new_tokens=max_new_tokens,
+                              samples=per_prompt, temperature=temperature, salt=salt)
+        flat = [(p, g) for b in gens.batches
+                for p, g in zip(b.prompt_lens, b.completion_lens, strict=True)]
+        m = per_prompt
+        pool = SamplePool(records, m, [gens.texts[i * m:(i + 1) * m] for i in range(len(records))],
+                          [flat[i * m:(i + 1) * m] for i in range(len(records))], gens.batches,
+                          time.perf_counter() - t0)
+        self._charge(batch_flops(self.snap.arch, gens.batches, self.snap.lora))
+        return pool
+
+    def pool_flops(self, pool: SamplePool, m: int) -> PhaseFlops:
+        """The generation a target using the first ``m`` samples per prompt needs alone."""
+        if m == pool.per_prompt:
+            return batch_flops(self.snap.arch, pool.batches, self.snap.lora)
+        return rebatched_flops(self.snap.arch, pool.prefix_rows(m), self.spec.batch_size,
+                               self.snap.lora)
+
+    # ------------------------------------------------------------------ targets
+    def pass1(self, records: list[Record], max_new_tokens: int) -> TargetResult:
+        """Greedy pass@1 on ``records``."""
+        t0 = time.perf_counter()
+        gens = self._generate([r.prompt for r in records], max_new_tokens=max_new_tokens)
+        correct = [self.is_correct(t, r.answer) for t, r in zip(gens.texts, records, strict=True)]
+        gen = self._charge(batch_flops(self.snap.arch, gens.batches, self.snap.lora))
+        return _binary_result(correct, samples=len(records), generation=gen,
+                              wall_s=time.perf_counter() - t0,
+                              details={"max_new_tokens": max_new_tokens, "decoding": "greedy"})
+
+    def maj_k(self, pool: SamplePool) -> TargetResult:
+        t0 = time.perf_counter()
+        k = self.spec.k
+        correct = []
+        for record, texts in zip(pool.records, pool.texts, strict=True):
+            pick = majority_index([self.answer_key(t) for t in texts[:k]])
+            correct.append(pick is not None and self.is_correct(texts[pick], record.answer))
+        return _binary_result(correct, samples=k * len(pool.records),
+                              generation=self.pool_flops(pool, k),
+                              wall_s=pool.wall_s + time.perf_counter() - t0,
+                              details=self._sampling_details(k, pool))
+
+    def prm_bon(self, pool: SamplePool) -> TargetResult:
+        t0 = time.perf_counter()
+        n = self.spec.bon_n
+        prompts = [r.prompt for r in pool.records for _ in range(n)]
+        completions = [t for texts in pool.texts for t in texts[:n]]
+        _consume(self.prm)  # start the scorer's ledger at zero
+        scores = [float(s) for s in self.prm.score(prompts, completions,
+                                                   aggregate=self.spec.prm_aggregate)]
+        if len(scores) != len(completions):
+            raise ValueError(f"PRM returned {len(scores)} scores for {len(completions)} "
+                             "completions")
+        scoring = self._charge(_consume(self.prm))
+        correct = []
+        for i, record in enumerate(pool.records):
+            group = completions[i * n:(i + 1) * n]
+            pick = best_index(scores[i * n:(i + 1) * n])
+            correct.append(self.is_correct(group[pick], record.answer))
+        details = self._sampling_details(n, pool)
+        details.update(prm=getattr(self.prm, "name", None), aggregate=self.spec.prm_aggregate)
+        return _binary_result(correct, samples=n * len(pool.records),
+                              generation=self.pool_flops(pool, n), scoring=scoring,
+                              wall_s=pool.wall_s + time.perf_counter() - t0, details=details)
+
+    def native_reward(self) -> TargetResult:
+        s = self.spec
+        records = self.eval_in[:s.native_prompts]
+        m = s.native_samples
+        pool = self.sample_pool(records, m, max_new_tokens=s.max_new_tokens,
+                                temperature=s.native_temperature, salt=_SALT["native_reward"])
+        t0 = time.perf_counter()
+        _consume(self.reward)
+        completions = [t for texts in pool.texts for t in texts]
+        values = [float(v) for v in self.reward(
+            prompts=[r.prompt for r in records for _ in range(m)], completions=completions,
+            answer=[r.answer for r in records for _ in range(m)])]
+        if len(values) != len(completions) or not all(math.isfinite(v) for v in values):
+            raise ValueError("the training reward must return one finite float per completion")
+        scoring = self._charge(_consume(self.reward))
+        groups = [values[i * m:(i + 1) * m] for i in range(len(records))]
+        lo, hi = bootstrap_interval(groups, reps=s.bootstrap_reps, seed=s.seed)
+        return TargetResult(
+            mean(values), lo, hi, len(records), samples=len(values), interval="bootstrap",
+            generation=batch_flops(self.snap.arch, pool.batches, self.snap.lora),
+            scoring=scoring, wall_s=pool.wall_s + time.perf_counter() - t0,
+            details={"samples_per_prompt": m, "temperature": s.native_temperature,
+                     "max_new_tokens": s.max_new_tokens,
+                     "reward": getattr(self.reward, "__name__", type(self.reward).__name__)})
+
+    def _sampling_details(self, m: int, pool: SamplePool) -> dict:
+        """``pool_samples_per_prompt`` > ``samples_per_prompt``: the target used a prefix of a
+        shared pool (and is charged its own samples only)."""
+        return {"samples_per_prompt": m, "pool_samples_per_prompt": pool.per_prompt,
+                "temperature": self.spec.temperature, "max_new_tokens": self.spec.max_new_tokens}
+
+    # ------------------------------------------------------------------ orchestration
+    def _bon_runs(self) -> bool:
+        return "prm_bon" in self.spec.targets and self.prm is not None
+
+    def _sampled_targets(self) -> dict[str, TargetResult]:
+        """maj_k and prm_bon, from one shared pool or from one pool each."""
+        s = self.spec
+        records = self.eval_in[:s.sample_prompts]
+        want = {}
+        if "maj_k" in s.targets:
+            want["maj_k"] = s.k
+        if self._bon_runs():
+            want["prm_bon"] = s.bon_n
+        run = {"maj_k": self.maj_k, "prm_bon": self.prm_bon}
+        out: dict[str, TargetResult] = {}
+        if s.share_samples and want:
+            pool = self.sample_pool(records, max(want.values()), max_new_tokens=s.max_new_tokens,
+                                    temperature=s.temperature, salt=_SALT["pool"])
+            return {t: run[t](pool) for t in want}
+        for t, m in want.items():
+            pool = self.sample_pool(records, m, max_new_tokens=s.max_new_tokens,
+                                    temperature=s.temperature,
+                                    salt=_SALT["pool" if t == "maj_k" else "prm_bon"])
+            out[t] = run[t](pool)
+        return out
+
+    def run(self) -> dict[str, TargetResult]:
+        """Every target of ``spec.targets``, in that order."""
+        s = self.spec
+        results: dict[str, TargetResult] = {}
+        if not self.eval_in:  # nothing to evaluate on: say so rather than divide by zero
+            results.update({t: TargetResult.skip("eval_in has no records") for t in s.targets
+                            if t != "ood_pass1"})
+        if "ood_pass1" in s.targets and not self.eval_ood:
+            results["ood_pass1"] = TargetResult.skip("eval_ood has no records")
+        if "in_pass1" in s.targets and "in_pass1" not in results:
+            results["in_pass1"] = self.pass1(self.eval_in[:s.n_in], s.max_new_tokens)
+        if "ood_pass1" in s.targets and "ood_pass1" not in results:
+            results["ood_pass1"] = self.pass1(self.eval_ood[:s.n_ood], s.max_new_tokens_ood)
+        if self.eval_in:
+            results.update(self._sampled_targets())
+        if "prm_bon" in s.targets and "prm_bon" not in results:  # no PRM
+            results["prm_bon"] = TargetResult.skip(
+                "no PRM given (race evaluate --prm, or eval.prm)")
+        if "native_reward" in s.targets and "native_reward" not in results:
+            results["native_reward"] = self.native_reward() if self.reward is not None else (
+                TargetResult.skip("no training reward given (race evaluate --reward-json)"))
+        return {t: results[t] for t in s.targets}
+
+
+def _consume(scorer) -> PhaseFlops:
+    """A scorer's FLOPs since its last ``consume()`` (0 for a scorer without a ledger)."""
+    consume = getattr(scorer, "consume", None)
+    return consume() if consume is not None else ZERO

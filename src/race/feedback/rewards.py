@@ -1,0 +1,130 @@
+"""Reward systems with TRL's ``reward_funcs`` signature, each keeping its own FLOP ledger.
+
+A reward function is called as ``f(prompts=..., completions=..., completion_ids=..., **columns)``
+and returns one float per completion. Every reward object here also exposes
+
+* ``consume() -> PhaseFlops``: model / executed FLOPs and tokens spent since the last call
+  (the trainer's meter charges them to the ``reward`` phase of the step);
+* ``bound(rows, max_prompt_len, max_completion_len) -> int``: the most model FLOPs one call on
+  ``rows`` completions can cost (the budget stop needs it before the step runs).
+
+``rule`` is the task verifier: 1.0 for a verified final answer, else 0.0; it costs 0 FLOPs (its
+wall time is still recorded by the meter). The learned feedback models (``prm``, ``rule+prm``,
+``orm``) are :class:`FeedbackReward` over a model of :mod:`race.feedback.models`, with the same
+interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from race.data.task import verify, verify_math
+from race.feedback.scores import AGGREGATES, as_text
+from race.flops.meter import PhaseFlops
+
+
+class RuleReward:
+    """The verifier as a reward: exact final answer after the ``####`` marker."""
+
+    def __init__(self, math_verifier: bool = False):
+        self.__name__ = "rule"
+        self._verify = verify_math if math_verifier else verify
+
+    def __call__(self, prompts, completions, answer, **_) -> list[float]:
+        return [1.0 if self._verify(c, a) else 0.0 for c, a in zip(completions, answer,
+                                                                   strict=True)]
+
+    def consume(self) -> PhaseFlops:
+        return PhaseFlops(0, 0, 0)
+
+    def bound(self, rows: int, max_prompt_len: int, max_completion_len: int) -> int:
+        return 0
+
+
+def build_reward(spec: dict, tokenizer=None, results_dir=None):
+    """The reward object for a ``rewards:`` config entry (``type`` rule, prm, rule+prm, orm)."""
+    kind = spec.get("type", "rule")
+    if kind == "rule":
+        return RuleReward(math_verifier=spec.get("verifier", "task") == "math")
+    if kind in ("prm", "rule+prm", "orm"):
+        return build_model_reward(spec, tokenizer=tokenizer, results_dir=results_dir)
+    raise ValueError(f"rewards: unknown type {kind!r} (known: rule, prm, rule+prm, orm)")
+
+
+# --------------------------------------------------------------------------- rewards
+
+
+class FeedbackReward:
+    """A TRL reward function backed by a feedback model (``prm``, ``rule+prm``, ``orm``).
+
+    ``prm``: reward = aggregate(step scores). ``orm``: reward = the ORM's score.
+    ``rule+prm``: reward = (1 - w) * rule + w * aggregate(step scores), rule = 1.0 for a
+    verified final answer else 0.0, ``w`` = ``weight`` in [0, 1] -- so the reward stays in
+    [0, 1]. With ``w = 0`` the PRM is not run (and nothing is charged). Every reward is a
+    probability-like value in [0, 1]; a completion without steps scores 0.0 from the model.
+    """
+
+    def __init__(self, model, kind: str, *, aggregate: str = "min",
+                 weight: float = 1.0, verifier: str = "task"):
+        if aggregate not in AGGREGATES:
+            raise ValueError(f"rewards: aggregate must be one of {AGGREGATES}, got {aggregate!r}")
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"rewards: weight must be in [0, 1], got {weight}")
+        self.model, self.kind, self.aggregate, self.weight = model, kind, aggregate, weight
+        self.__name__ = kind
+        self.rule = None
+        if kind == "rule+prm":
+            self.rule = RuleReward(math_verifier=verifier == "math")
+
+    def __call__(self, prompts, completions, answer=None, **kwargs) -> list[float]:
+        prompts, completions = list(prompts), [as_text(c) for c in completions]
+        if self.rule is None:
+            return self.model.score(prompts, completions, aggregate=self.aggregate)
+        if answer is None:
+            raise ValueError("rule+prm reward: needs the dataset's answer column")
+        rule = self.rule(prompts, completions, answer)
+        if self.weight == 0.0:
+            return rule
+        model = self.model.score(prompts, completions, aggregate=self.aggregate)
+        return combine(rule, model, self.weight)
+
+    def consume(self) -> PhaseFlops:
+        return self.model.consume()
+
+    def bound(self, rows: int, max_prompt_len: int, max_completion_len: int) -> int:
+        if self.rule is not None and self.weight == 0.0:
+            return 0
+        return self.model.bound(rows, max_prompt_len, max_completion_len)
+
+
+def combine(rule: Sequence[float], model: Sequence[float], weight: float) -> list[float]:
+    """``rule+prm``: (1 - weight) * rule + weight * model, elementwise."""
+    return [(1.0 - weight) * r + weight * m for r, m in zip(rule, model, strict=True)]
+
+
+def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | None = "results"):
+    """The reward object for a ``rewards:`` entry of type ``prm``, ``rule+prm`` or ``orm``.
+
+    Keys: ``prm`` / ``orm`` (ladder name, directory or hub id), ``aggregate`` (min),
+    ``weight`` (rule+prm, 0.5), ``verifier`` (rule+prm: task | math), and the model options
+    :data:`MODEL_OPTIONS`. ``tokenizer`` is the policy's (vocabulary probe and ``bound``).
+    """
+    kind = spec.get("type")
+    if kind not in ("prm", "rule+prm", "orm"):
+        raise ValueError(f"rewards: {kind!r} is not a feedback-model reward (prm, rule+prm, orm)")
+    key = "orm" if kind == "orm" else "prm"
+    if not spec.get(key):
+        raise ValueError(f"rewards: a {kind} reward needs the {key!r} key")
+    # Imported here: a rule reward must not pay for torch and transformers.
+    from race.feedback.loading import MODEL_OPTIONS, load_feedback_model
+
+    model = load_feedback_model({key: spec[key], **{k: spec[k] for k in MODEL_OPTIONS
+                                                     if k in spec}},
+                                results_dir or "results", policy_tokenizer=tokenizer)
+    if (model.kind == "orm") != (kind == "orm"):
+        raise ValueError(f"rewards: {spec[key]!r} is a{'n ORM' if model.kind == 'orm' else ' PRM'}"
+                         f", not usable as a {kind} reward")
+    return FeedbackReward(model, kind, aggregate=spec.get("aggregate", "min"),
+                          weight=1.0 if kind != "rule+prm" else float(spec.get("weight", 0.5)),
+                          verifier=spec.get("verifier", "task"))

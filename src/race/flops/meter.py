@@ -1,0 +1,152 @@
+"""The online FLOP meter of a GRPO step, from token counts and the analytic model.
+
+Production runs are metered analytically (``race.flops.analytic``) from the shapes TRL actually ran:
+FlopCounterMode costs ~2.5x wall time and is for calibration only (tests, ``bench/``).
+
+What one optimizer step charges (one step = one generation batch slice; this project runs
+``gradient_accumulation_steps = steps_per_generation = 1``, so each step sees the whole batch):
+
+rollout   a generation step only: ``model.generate`` of every completion by the policy with its
+          (unmerged) adapters -- one prefill over the prompt, logits at the last position, then
+          one cached decode per further token. Reuse steps (``num_iterations > 1``) generate
+          nothing and charge no rollout.
+learning  every step: policy forward + backward over prompt + completion; gradient-checkpoint
+          recompute when it is on. The LM head runs where TRL's fused head runs it: with Triton
+          (GPUs) only at the positions whose next label is a real completion token; elsewhere
+          (CPU) at every position but the last of each row, padding included (measured: TRL
+          1.16 scores all positions off Triton and masks afterwards). Model FLOPs count the
+          head at real positions only, executed FLOPs at every position it ran. A generation
+          step also charges the reference forward when ``beta > 0`` (adapter disabled: no LoRA
+          cost, no backward) and the old-policy log-prob forward when ``num_iterations > 1``
+          (with adapters, no backward).
+reward    the reward functions' own ledgers (a PRM or ORM forward; a rule verifier is 0 FLOPs,
+          its wall time is still recorded).
+
+Model FLOPs use each row's real tokens with causal attention; executed FLOPs use the padded
+batch the kernels ran on (left-padded prompts, right-padded completions, the full attention
+block; a generate batch keeps decoding finished rows until its longest completion stops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from race.flops import analytic as flops
+from race.flops.analytic import Arch, LoraSpec
+
+
+@dataclass(frozen=True)
+class BatchShapes:
+    """Token shapes of one generation batch (lengths in tokens)."""
+
+    prompt_lens: tuple[int, ...]
+    completion_lens: tuple[int, ...]  # real completion tokens per row (EOS included)
+    padded_prompt_len: int
+    completion_width: int  # generated columns of the batch (its longest completion)
+
+    @property
+    def rows(self) -> int:
+        return len(self.prompt_lens)
+
+    @classmethod
+    def from_masks(cls, prompt_mask, completion_mask) -> BatchShapes:
+        return cls(
+            prompt_lens=tuple(int(x) for x in prompt_mask.sum(dim=1).tolist()),
+            completion_lens=tuple(int(x) for x in completion_mask.sum(dim=1).tolist()),
+            padded_prompt_len=int(prompt_mask.shape[1]),
+            completion_width=int(completion_mask.shape[1]),
+        )
+
+    @classmethod
+    def worst_case(cls, rows: int, max_prompt_len: int, max_completion_len: int) -> BatchShapes:
+        """Every row at the longest prompt and the completion cap: an upper bound."""
+        return cls((max_prompt_len,) * rows, (max_completion_len,) * rows, max_prompt_len,
+                   max_completion_len)
+
+
+@dataclass(frozen=True)
+class PhaseFlops:
+    model: int
+    executed: int
+    tokens: int
+
+
+class StepMeter:
+    """Charges the rollout and learning phases of a GRPO step for one policy."""
+
+    def __init__(self, arch: Arch, lora: LoraSpec | None, *, beta: float, num_iterations: int,
+                 grad_ckpt: bool = False, attn_implementation: str = "sdpa",
+                 head_all_positions: bool = True):
+        self.arch = arch
+        self.lora = lora
+        self.beta = beta
+        self.num_iterations = num_iterations
+        self.grad_ckpt = grad_ckpt
+        self.head_all_positions = head_all_positions
+        # Executed attention: eager and masked SDPA both compute the full block.
+        self.executed_attention = "full" if attn_implementation == "eager" else "sdpa"
+
+    # ------------------------------------------------------------------ rollout
+    def rollout(self, b: BatchShapes) -> PhaseFlops:
+        model = flops.batch_generate_flops(self.arch, b.prompt_lens, b.completion_lens,
+                                           lora=self.lora)
+        executed = flops.batch_generate_flops(
+            self.arch, b.prompt_lens, b.completion_lens, executed=True,
+            padded_prompt_len=b.padded_prompt_len, generated_width=b.completion_width,
+            lora=self.lora)
+        return PhaseFlops(model, executed, sum(b.completion_lens))
+
+    # ------------------------------------------------------------------ learning
+    def _logits(self, p: int, g: int, width: int | None = None) -> int:
+        """LM-head positions of one row: real (``width`` None) or as executed."""
+        if not self.head_all_positions:
+            return g
+        return (width if width is not None else p + g) - 1
+
+    def _forward_pair(self, b: BatchShapes, lora: LoraSpec | None) -> tuple[int, int]:
+        """A no-grad log-prob forward (reference or old policy) over the batch."""
+        width = b.padded_prompt_len + b.completion_width
+        rows = list(zip(b.prompt_lens, b.completion_lens, strict=True))
+        model = sum(flops.forward_flops(self.arch, p + g, logits=self._logits(p, g), lora=lora)
+                    for p, g in rows)
+        executed = sum(flops.forward_flops(self.arch, width, logits=self._logits(p, g, width),
+                                           lora=lora, attention=self.executed_attention)
+                       for p, g in rows)
+        return model, executed
+
+    def learning(self, b: BatchShapes, generation_step: bool) -> PhaseFlops:
+        width = b.padded_prompt_len + b.completion_width
+        rows = list(zip(b.prompt_lens, b.completion_lens, strict=True))
+        model = sum(flops.train_flops(self.arch, p + g, logits=self._logits(p, g),
+                                      lora=self.lora, grad_ckpt=self.grad_ckpt)
+                    for p, g in rows)
+        executed = sum(flops.train_flops(self.arch, width, logits=self._logits(p, g, width),
+                                         lora=self.lora, grad_ckpt=self.grad_ckpt,
+                                         attention=self.executed_attention)
+                       for p, g in rows)
+        tokens = sum(b.prompt_lens) + sum(b.completion_lens)
+        if generation_step:
+            extra = []
+            if self.beta > 0:
+                extra.append(self._forward_pair(b, lora=None))  # adapter disabled
+            if self.num_iterations > 1:
+                extra.append(self._forward_pair(b, lora=self.lora))
+            for m, e in extra:
+                model += m
+                executed += e
+                tokens += sum(b.prompt_lens) + sum(b.completion_lens)
+        return PhaseFlops(model, executed, tokens)
+
+    # ------------------------------------------------------------------ bounds
+    def step_bound(self, next_is_generation: bool, worst: BatchShapes,
+                   reuse: BatchShapes | None, reward_bound: int) -> int:
+        """Model FLOPs that the next step can cost at most.
+
+        A reuse step trains again on the buffered batch, whose shapes are known: the bound is
+        exact. A generation step is bounded by every row at the longest prompt and the
+        completion cap (plus the reward model's bound for those shapes).
+        """
+        if not next_is_generation and reuse is not None:
+            return self.learning(reuse, generation_step=False).model
+        return (self.rollout(worst).model + self.learning(worst, generation_step=True).model
+                + reward_bound)

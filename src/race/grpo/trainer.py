@@ -1,0 +1,144 @@
+"""The TRL side of a metered run: GRPOTrainer with seams around its phases, the callback that
+charges each step and stops at the budget, and the GRPOConfig a job asks for.
+
+The seams are TRL's own phase methods (``_generate``, ``_calculate_rewards``,
+``_generate_and_score_completions``, ``training_step``): the subclass only times them and
+records the shapes TRL ran, so the meter (race.flops.meter) charges FLOPs from token counts
+and never changes what TRL computes. TRL is imported lazily (it is slow to import), so the
+classes are built by functions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from race.flops.meter import BatchShapes
+
+
+def metered_trainer_class():
+    """GRPOTrainer with seams around its phases (imported lazily: TRL is slow to import)."""
+    # TRL's profiling module imports mlflow whenever it is installed (~3 s per job on 2 cores)
+    # although this trainer reports to nothing (report_to="none"); race.tracking.mlflow_runs does the
+    # MLflow logging, and only when asked to.
+    os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
+    from trl import GRPOTrainer
+
+    class MeteredGRPOTrainer(GRPOTrainer):
+        """Records, per step, the shapes TRL ran and the wall time of each phase."""
+
+        def _init_meter_state(self):
+            self.race_step = {"rollout_s": 0.0, "reward_s": 0.0, "shapes": None}
+            self.race_last_shapes: BatchShapes | None = None
+
+        def _generate(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return super()._generate(*args, **kwargs)
+            finally:
+                self.race_step["rollout_s"] += time.perf_counter() - t0
+
+        def _calculate_rewards(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return super()._calculate_rewards(*args, **kwargs)
+            finally:
+                self.race_step["reward_s"] += time.perf_counter() - t0
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            shapes = BatchShapes.from_masks(out["prompt_mask"], out["completion_mask"])
+            self.race_step["shapes"] = shapes
+            self.race_last_shapes = shapes
+            return out
+
+        def training_step(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            out = super().training_step(*args, **kwargs)
+            self.race_step["step_s"] = time.perf_counter() - t0
+            return out
+
+    return MeteredGRPOTrainer
+
+
+def budget_callback_class():
+    from transformers import TrainerCallback
+
+    class BudgetCallback(TrainerCallback):
+        """Charges each step to the ledger, snapshots rungs, stops at the budget, logs."""
+
+        def __init__(self, run):
+            self.run = run
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            self.run.end_of_step(state.global_step, model)
+            if self.run.finished:
+                control.should_training_stop = True
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.run.log_metrics(state.global_step, logs or {})
+
+        def on_save(self, args, state, control, **kwargs):
+            ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            self.run.save_state(ckpt, state.global_step)
+
+    return BudgetCallback
+
+
+def fused_head_is_compact() -> bool:
+    """Whether TRL's fused LM head scores only the labelled positions (Triton devices) rather
+    than every position (elsewhere, e.g. CPU)."""
+    import torch
+
+    try:
+        from trl.trainer.utils import _use_triton
+    except ImportError:  # a TRL without the fused head: logits at completion positions only
+        return True
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return bool(_use_triton(device))
+
+
+
+
+def grpo_config(job, max_steps: int):
+    """The TRL config of a :class:`race.study.jobs.TrainJob`: one generation batch per
+    optimizer step, constant LR, weights in ``job.dtype`` (bf16 autocast when bfloat16)."""
+    from trl import GRPOConfig
+
+    a = job.alloc
+    save_every = max(a.num_iterations, job.save_every // a.num_iterations * a.num_iterations)
+    return GRPOConfig(
+        output_dir=str(Path(job.run_dir) / "checkpoints"),
+        per_device_train_batch_size=a.rows,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=a.num_generations,
+        num_iterations=a.num_iterations,
+        max_completion_length=a.max_completion_length,
+        temperature=a.temperature,
+        top_k=0,
+        top_p=1.0,
+        beta=a.beta,
+        learning_rate=a.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=max_steps,
+        seed=job.seed,
+        data_seed=job.seed,
+        use_cpu=True,
+        # The policy is loaded in job.dtype; bf16 also runs the step under bf16 autocast.
+        bf16=job.dtype == "bfloat16",
+        gradient_checkpointing=job.gradient_checkpointing,
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=save_every,
+        save_total_limit=1,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        log_completions=False,
+        remove_unused_columns=False,
+        shuffle_dataset=True,
+    )

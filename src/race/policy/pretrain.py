@@ -1,0 +1,130 @@
+"""Base policies: a short supervised "pretraining" of every ladder size on train-split solutions.
+
+Every size sees the same data in the same order for the same token budget (a model family
+trained on the same data), so base accuracy grows with size. Tokens counted against the budget
+are the real (unpadded) prompt + solution + EOS tokens fed to the model; the loss is on solution
+and EOS tokens only. Deterministic for a fixed seed and thread count.
+
+Output directory: ``model.safetensors`` + ``config.json`` (``save_pretrained``), the tokenizer,
+and ``pre.json`` -- the ``pre`` ledger record (tokens, model and executed FLOPs of full
+fine-tuning, wall seconds) and the base greedy accuracy on eval-in. ``pre`` FLOPs are reported,
+never charged to a training cell's budget.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from race.data.task import load_jsonl, verify
+from race.data.tokenizer import load_tokenizer
+from race.policy.optim import optimizer_step
+from race.study.specs import PretrainSpec
+
+
+def lr_at(step_tokens: int, spec: PretrainSpec) -> float:
+    """Linear warmup then cosine decay to ``min_lr_frac`` of the peak, in tokens seen."""
+    frac = min(step_tokens / spec.token_budget, 1.0)
+    if frac < spec.warmup_frac:
+        return spec.learning_rate * max(frac / spec.warmup_frac, 1e-3)
+    progress = (frac - spec.warmup_frac) / max(1e-9, 1 - spec.warmup_frac)
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    return spec.learning_rate * (spec.min_lr_frac + (1 - spec.min_lr_frac) * cosine)
+
+
+def greedy_accuracy(model, tokenizer, records, max_new_tokens: int) -> tuple[float, int]:
+    """Fraction of ``records`` whose greedy completion the verifier accepts, and n."""
+    from race.policy.generation import generate
+
+    gens = generate(model, tokenizer, [r.prompt for r in records], max_new_tokens=max_new_tokens)
+    correct = sum(verify(t, r.answer) for t, r in zip(gens.texts, records, strict=True))
+    return correct / max(1, len(records)), len(records)
+
+
+def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path,
+             spec: PretrainSpec | None = None, layers: int | None = None) -> dict:
+    """SFT ladder size ``size`` from random init; returns the ``pre`` record (also saved).
+
+    ``layers`` overrides the rung's depth (ablations only; the study uses the ladder as is).
+    """
+    import torch
+
+    from race.flops import analytic as flops
+    from race.policy.ladder import build_ladder_model, count_parameters
+
+    spec = spec or PretrainSpec()
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
+    train = load_jsonl(data_dir / "train.jsonl")
+    eval_in = load_jsonl(data_dir / "eval_in.jsonl")[: spec.eval_examples]
+    model = build_ladder_model(size, tokenizer, seed=spec.seed, layers=layers)
+    arch = flops.Arch.from_config(model.config)
+    params, non_embedding = count_parameters(model)
+
+    eos = tokenizer.eos_token
+    prompt_ids = [tokenizer(r.prompt, add_special_tokens=False)["input_ids"] for r in train]
+    target_ids = [tokenizer(r.solution + eos, add_special_tokens=False)["input_ids"]
+                  for r in train]
+    gen = torch.Generator().manual_seed(spec.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate,
+                            weight_decay=spec.weight_decay, betas=(0.9, 0.95))
+    model.train()
+    tokens = model_flops = exec_flops = steps = 0
+    t0 = time.perf_counter()
+    order = torch.randperm(len(train), generator=gen).tolist()
+    cursor = 0
+    while tokens < spec.token_budget:
+        if cursor + spec.batch_size > len(order):
+            order, cursor = torch.randperm(len(train), generator=gen).tolist(), 0
+        idx = order[cursor:cursor + spec.batch_size]
+        cursor += spec.batch_size
+        seqs = [prompt_ids[i] + target_ids[i] for i in idx]
+        width = max(len(s) for s in seqs)
+        input_ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
+        labels = torch.full((len(seqs), width), -100)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, (i, s) in enumerate(zip(idx, seqs, strict=True)):
+            input_ids[row, :len(s)] = torch.tensor(s)
+            mask[row, :len(s)] = 1
+            p = len(prompt_ids[i])
+            labels[row, p:len(s)] = torch.tensor(s[p:])
+        loss = optimizer_step(model, opt, lr_at(tokens, spec),
+                              input_ids=input_ids, attention_mask=mask, labels=labels)
+        steps += 1
+        real = [len(s) for s in seqs]
+        tokens += sum(real)
+        # Full fine-tuning, logits at every position (the eager HF forward computes them all).
+        model_flops += sum(flops.train_flops(arch, n) for n in real)
+        exec_flops += len(seqs) * flops.train_flops(arch, width, attention="full")
+    wall = time.perf_counter() - t0
+
+    accuracy, n_eval = greedy_accuracy(model, tokenizer, eval_in, spec.eval_max_new_tokens)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    record = {
+        "phase": "pre",
+        "size": size,
+        "layers": model.config.num_hidden_layers,
+        "params": params,
+        "non_embedding_params": non_embedding,
+        "steps": steps,
+        "tokens": tokens,
+        "model_flops": model_flops,
+        "executed_flops": exec_flops,
+        "wall_s": round(wall, 3),
+        "eval_in_accuracy": accuracy,
+        "eval_in_n": n_eval,
+        "final_loss": float(loss.detach()),
+        "spec": asdict(spec),
+    }
+    (out_dir / "pre.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return record
+
+
+def run_pretrain(job) -> dict:
+    """``race pretrain``: a :class:`race.study.jobs.PretrainJob`."""
+    return pretrain(job.size, job.data_dir, job.tokenizer_dir, job.out_dir, job.spec)

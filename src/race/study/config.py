@@ -1,0 +1,239 @@
+"""The study config: the one reader, validation, and the checks the schema cannot express.
+
+:func:`load_config` reads YAML (rejecting duplicate keys, which plain YAML silently overwrites),
+validates it against the package's ``config.schema.yaml`` (filling defaults: the schema is the
+single source of defaults), then runs the cross-field checks of :func:`check_config`. Every
+error is a :class:`ConfigError` whose message starts with the offending key, raised before
+anything is written under ``results/``. The grid and its paths are :mod:`race.study.cells`; the
+jobs built from config + cell are :mod:`race.study.jobs`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from race.policy.ladder import LADDER_DIALS
+from race.study.cells import ConfigError, cell_key, is_ladder
+from race.study.schema import SCHEMA
+from race.study.specs import TARGETS, allocation
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1}): "
+                              "names must be unique")
+        seen.add(key)
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                                 _construct_mapping)
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 (safe loader)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the config must be a mapping")
+    return data
+
+
+def validate_schema(config: dict) -> dict:
+    """Schema validation with defaults filled in (the same call the Snakefile makes)."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    config = copy.deepcopy(config)
+    try:
+        validate(config, str(SCHEMA), set_default=True)
+    except WorkflowError as exc:
+        raise ConfigError(_schema_message(exc)) from None
+    return config
+
+
+def _schema_message(exc) -> str:
+    text = str(exc)
+    # Keep jsonschema's first line and the path it reports ("On instance['budgets'][1]").
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    where = next((ln for ln in lines if ln.startswith("On instance")), "")
+    head = next((ln for ln in lines if "Error validating config" not in ln), text)
+    return f"config schema: {head} {where}".strip()
+
+
+def load_config(path: str | Path) -> dict:
+    """A validated config from a YAML file, or -- when ``path`` is inline JSON (starts with
+    ``{``) -- the config slice a workflow rule passes to its command, already validated when
+    the Snakefile was parsed (so it is returned as is)."""
+    text = str(path).lstrip()
+    if text.startswith("{"):
+        return json.loads(text)
+    return check_config(validate_schema(read_yaml(path)))
+
+
+def is_model_spec(spec: str) -> bool:
+    """A ladder name, an existing local directory, a known architecture or a hub id."""
+    from race.flops.known_configs import is_known
+
+    return (is_ladder(spec) or Path(spec).is_dir() or is_known(spec)
+            or bool(_HUB_ID.match(spec)))
+
+
+def config_slice(config: dict, *keys: str) -> str:
+    """JSON of the named top-level sections: what a rule hands its command (and what
+    Snakemake's params trigger compares, so editing another section reruns nothing here)."""
+    return json.dumps({k: config[k] for k in keys if k in config}, sort_keys=True)
+
+
+# --------------------------------------------------------------------------- cross-field checks
+
+
+def _unique(items: list, key: str) -> None:
+    seen = set()
+    for i, item in enumerate(items):
+        if item in seen:
+            raise ConfigError(f"{key}[{i}]: duplicate entry {item!r}")
+        seen.add(item)
+
+
+def _max_prompt_tokens(task: dict) -> int | None:
+    """Longest training prompt in characters (= tokens of the char tokenizer): the start
+    value, then ``max_steps`` operations, then ``=?\n``."""
+    if task["kind"] != "arithmetic":
+        return None
+    return (len(str(task["max_value"])) + task["max_steps"] * (1 + len(str(task["max_operand"])))
+            + 3)
+
+
+def _arch(config: dict, spec: str):
+    """Architecture of a size spec for the budget check, or None when not resolvable offline."""
+    from race.flops import analytic as flops
+
+    if is_ladder(spec):
+        from race.data.tokenizer import VOCAB_SIZE
+
+        return flops.resolve_arch(spec, vocab=VOCAB_SIZE)
+    try:
+        return flops.resolve_arch(spec)
+    except (ValueError, FileNotFoundError, KeyError):
+        return None
+
+
+def smallest_step_check(config: dict) -> None:
+    """Every cell's first rung must afford one step (its worst case: longest prompt, full
+    completions, the reward model included)."""
+    from race.flops import analytic as flops
+    from race.flops.meter import BatchShapes, StepMeter
+
+    max_prompt = _max_prompt_tokens(config["task"])
+    if max_prompt is None:
+        return  # prompt lengths are known only once the data is built; race train checks
+    first = float(config["budgets"][0])
+    for size in config["sizes"]:
+        arch = _arch(config, size)
+        if arch is None:
+            continue
+        for alloc_name in config["allocations"]:
+            alloc = allocation(config, alloc_name)
+            worst = BatchShapes.worst_case(alloc.rows, max_prompt, alloc.max_completion_length)
+            meter = StepMeter(arch, alloc.lora, beta=alloc.beta,
+                              num_iterations=alloc.num_iterations,
+                              grad_ckpt=config["training"]["gradient_checkpointing"])
+            for reward_name, reward in config["rewards"].items():
+                reward_bound = 0
+                model = reward.get("prm") or reward.get("orm")
+                prm_arch = _arch(config, model) if model else None
+                if prm_arch is not None:
+                    reward_bound = alloc.rows * flops.reward_model_flops(
+                        prm_arch, max_prompt + 2 * alloc.max_completion_length)
+                bound = meter.step_bound(True, worst, None, reward_bound)
+                if bound > first:
+                    raise ConfigError(
+                        f"budgets[0]: {first:.3g} FLOPs is below one step of cell "
+                        f"{cell_key(size, reward_name, alloc_name, 0)} (up to {bound:.3g} "
+                        "model FLOPs): raise the first rung or shrink that allocation")
+
+
+def check_config(config: dict) -> dict:
+    """Cross-field checks the schema cannot express; returns the config unchanged."""
+    _unique(config["sizes"], "sizes")
+    for i, size in enumerate(config["sizes"]):
+        if not is_model_spec(size):
+            raise ConfigError(f"sizes[{i}]: unknown size {size!r} (a ladder name "
+                              f"{sorted(LADDER_DIALS)}, a local directory or a hub id)")
+    prm_sizes = config["prm"]["sizes"]
+    _unique(prm_sizes, "prm.sizes")
+    for i, size in enumerate(prm_sizes):
+        if not is_model_spec(size):
+            raise ConfigError(f"prm.sizes[{i}]: unknown PRM size {size!r}")
+    for name, reward in config["rewards"].items():
+        if not re.match(r"^[A-Za-z0-9_.+-]+$", name):
+            raise ConfigError(f"rewards.{name}: names may use letters, digits and _ . + -")
+        if reward["type"] in ("prm", "rule+prm"):
+            prm = reward.get("prm")
+            if prm is None:
+                raise ConfigError(f"rewards.{name}.prm: a {reward['type']} reward needs a PRM")
+            if prm not in prm_sizes and not (Path(prm).is_dir() or _HUB_ID.match(prm)):
+                raise ConfigError(f"rewards.{name}.prm: {prm!r} is not one of prm.sizes "
+                                  f"{prm_sizes} nor a path / hub id")
+        if reward["type"] == "orm" and not reward.get("orm"):
+            raise ConfigError(f"rewards.{name}.orm: an orm reward needs a model path or hub id")
+    for name, entry in config["allocations"].items():
+        if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+            raise ConfigError(f"allocations.{name}: names may use letters, digits and _ . -")
+        if entry.get("num_generations", 8) < 2:
+            raise ConfigError(f"allocations.{name}.num_generations: must be >= 2 (GRPO "
+                              "compares completions within a group)")
+        allocation(config, name)
+    from race.flops.analytic import ALL_PROJECTIONS
+
+    for target in config["training"]["lora_targets"]:
+        if target not in ALL_PROJECTIONS:
+            raise ConfigError(f"training.lora_targets: unknown module {target!r} "
+                              f"(known: {', '.join(ALL_PROJECTIONS)})")
+    budgets = config["budgets"]
+    for i in range(1, len(budgets)):
+        if budgets[i] <= budgets[i - 1]:
+            raise ConfigError(f"budgets[{i}]: rungs must be strictly increasing "
+                              f"({budgets[i - 1]:.3g} then {budgets[i]:.3g})")
+    _unique(config["seeds"], "seeds")
+    for i, target in enumerate(config["eval"].get("targets") or []):
+        if target not in TARGETS:
+            raise ConfigError(f"eval.targets[{i}]: unknown target {target!r} "
+                              f"(known: {', '.join(TARGETS)})")
+    bon_prm = config["eval"].get("prm")
+    if bon_prm is not None and bon_prm not in prm_sizes and not is_model_spec(bon_prm):
+        raise ConfigError(f"eval.prm: {bon_prm!r} is not one of prm.sizes")
+    race = config["race"]
+    for i, rung in enumerate(race.get("pilot_rungs") or []):
+        if float(rung) not in [float(b) for b in budgets]:
+            raise ConfigError(f"race.pilot_rungs[{i}]: {rung:.3g} is not one of budgets")
+    if race.get("validation_budget") is not None and float(race["validation_budget"]) not in [
+            float(b) for b in budgets]:
+        raise ConfigError("race.validation_budget: must be one of budgets")
+    if race.get("baseline") is not None and race["baseline"] not in config["allocations"]:
+        raise ConfigError(f"race.baseline: {race['baseline']!r} is not an allocation")
+    for i, target in enumerate(race.get("targets") or []):
+        if target not in TARGETS:
+            raise ConfigError(f"race.targets[{i}]: unknown target {target!r}")
+    _unique(race["validation_seeds"], "race.validation_seeds")
+    smallest_step_check(config)
+    return config

@@ -1,0 +1,292 @@
+"""Typed jobs: everything one model verb needs, built from (config, cell, rung) by one function
+per verb, and passed to ``race <verb> --job JSON``.
+
+=============  ===================  ==========================================================
+verb           job                  built by
+=============  ===================  ==========================================================
+``pretrain``   :class:`PretrainJob`  :func:`pretrain_job` (config, ladder size)
+``prm``        :class:`PrmJob`       :func:`prm_job` (config, PRM ladder size)
+``train``      :class:`TrainJob`     :func:`train_job` (config, cell)
+``evaluate``   :class:`EvalJob`      :func:`eval_job` (config, cell[, budget]) and
+                                     :func:`base_eval_job` (config, ladder size)
+=============  ===================  ==========================================================
+
+The Snakemake rules call these builders and hand the JSON to the verb; a human running
+``race <verb> --config FILE --cell KEY [--budget B]`` goes through the same builder
+(:func:`job_for_cell`), so both get the identical job. A job is plain data (JSON round trip
+with :func:`to_json` / :func:`from_json`); building one imports no model code, so the
+Snakemake process stays light.
+
+Every job carries ``dtype`` (``training.dtype``: the dtype the policy is loaded and computed
+in) and ``threads`` (``resources.<rule>.threads``: torch's intra-op threads), the two settings
+that decide how a model job uses its machine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+from race.study import cells as C
+from race.study.specs import (
+    Allocation,
+    EvalSpec,
+    MlflowSpec,
+    PretrainSpec,
+    PRMSpec,
+    allocation,
+    mlflow_live,
+    mlflow_spec,
+    reward_spec,
+)
+
+
+def rule_threads(config: dict, rule: str) -> int:
+    """``resources.<rule>.threads`` (the schema's default when the config names none)."""
+    return int(config["resources"][rule]["threads"])
+
+
+@dataclass
+class TrainJob:
+    """One metered GRPO run of a cell (see race.grpo.run)."""
+
+    base: str  # base policy directory (ladder, after race pretrain) or hub id / path
+    train_data: str  # JSONL of prompt / answer records
+    run_dir: str
+    rungs: list[float]  # increasing budgets in model FLOPs; the last is the run's budget
+    alloc: Allocation = field(default_factory=Allocation)
+    reward: dict = field(default_factory=lambda: {"type": "rule"})
+    seed: int = 0
+    run_key: str = ""
+    study: str = "race"
+    mlflow: MlflowSpec | None = None  # live logging from the training job; None: files only
+    save_every: int = 10
+    attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = False
+    dtype: str = "float32"
+    threads: int = 1
+    results_dir: str = "results"
+    tags: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.rungs:
+            raise ValueError("rungs: at least one budget is needed")
+        if any(b <= a for a, b in zip(self.rungs, self.rungs[1:], strict=False)):
+            raise ValueError(f"rungs must be strictly increasing, got {self.rungs}")
+        if self.rungs[0] <= 0:
+            raise ValueError("rungs must be positive")
+
+    @property
+    def budget(self) -> float:
+        return self.rungs[-1]
+
+    def params(self) -> dict:
+        out = {f"alloc.{k}": v for k, v in asdict(self.alloc).items()}
+        out.update({f"reward.{k}": v for k, v in self.reward.items()})
+        out.update(base=self.base, seed=self.seed, budget=self.budget, rungs=self.rungs,
+                   attn_implementation=self.attn_implementation,
+                   gradient_checkpointing=self.gradient_checkpointing)
+        return out
+
+
+@dataclass
+class Snapshot:
+    """One policy snapshot to evaluate: a rung folder's adapter (None: the base policy) and the
+    eval.json it gets."""
+
+    adapter: str | None
+    out: str
+
+
+@dataclass
+class EvalJob:
+    """Every target of every snapshot of one cell (or one base policy), in one process."""
+
+    policy: str  # base policy directory or hub id
+    data_dir: str  # folder with eval_in.jsonl / eval_ood.jsonl
+    snapshots: list[Snapshot]
+    spec: EvalSpec = field(default_factory=EvalSpec)
+    reward: dict | None = None  # the cell's rewards: entry (native_reward)
+    prm: str | None = None  # PRM of prm_bon (directory or hub id); None: spec.prm
+    results_dir: str = "results"
+    dtype: str = "float32"
+    threads: int = 1
+    mlflow: MlflowSpec | None = None  # live: eval/<target> to the run's MLflow run
+    run_dir: str | None = None  # the cell's run folder (its mlflow_run_id)
+    study: str = "race"
+
+
+@dataclass
+class PretrainJob:
+    """SFT of one ladder size into a base policy (see race.policy.pretrain)."""
+
+    size: str
+    data_dir: str
+    tokenizer_dir: str
+    out_dir: str
+    spec: PretrainSpec = field(default_factory=PretrainSpec)
+    threads: int = 1
+
+
+@dataclass
+class PrmJob:
+    """Training of one PRM of the feedback ladder (see race.feedback.prm_training)."""
+
+    size: str
+    policies: list[str]  # base policy directories whose samples become the training data
+    data_dir: str
+    out_dir: str
+    spec: PRMSpec = field(default_factory=PRMSpec)
+    threads: int = 1
+
+
+JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": PrmJob}
+_SPECS = {EvalJob: EvalSpec, PretrainJob: PretrainSpec, PrmJob: PRMSpec}
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def train_job(config: dict, cell: C.Cell) -> TrainJob:
+    t = config["training"]
+    return TrainJob(
+        base=C.base_dir(config, cell.size),
+        train_data=str(C.results(config) / "data" / "train.jsonl"),
+        run_dir=str(C.run_dir(config, cell)),
+        rungs=C.cell_rungs(config, cell),
+        alloc=allocation(config, cell.alloc),
+        reward=reward_spec(config, cell.reward),
+        seed=cell.seed,
+        run_key=cell.key,
+        study=config["study"],
+        # Live logging from the training job; otherwise the mlflow_log job mirrors the folder.
+        mlflow=mlflow_spec(config) if mlflow_live(config) else None,
+        save_every=t["save_every"],
+        attn_implementation=t["attn_implementation"],
+        gradient_checkpointing=t["gradient_checkpointing"],
+        dtype=t["dtype"],
+        threads=rule_threads(config, "train"),
+        results_dir=str(C.results(config)),
+        tags={"size": cell.size, "reward": cell.reward, "alloc": cell.alloc,
+              "seed": str(cell.seed)},
+    )
+
+
+def eval_prm(config: dict) -> str | None:
+    """The PRM that reranks best-of-n samples: ``eval.prm``, else the largest trained PRM."""
+    sizes = config["prm"]["sizes"]
+    return config["eval"].get("prm") or (sizes[-1] if sizes else None)
+
+
+def _eval_job(config: dict, policy: str, snapshots: list[Snapshot], reward: str,
+              temperature: float, run_dir: str | None) -> EvalJob:
+    prm = eval_prm(config)
+    live = mlflow_live(config) and run_dir is not None
+    return EvalJob(
+        policy=policy,
+        data_dir=str(C.results(config) / "data"),
+        snapshots=snapshots,
+        # native_reward is measured at the temperature the cell trained with.
+        spec=EvalSpec.from_config(config["eval"]).with_overrides(native_temperature=temperature),
+        reward=reward_spec(config, reward),
+        prm=C.prm_dir(config, prm) if prm else None,
+        results_dir=str(C.results(config)),
+        dtype=config["training"]["dtype"],
+        threads=rule_threads(config, "evaluate"),
+        mlflow=mlflow_spec(config) if live else None,
+        run_dir=run_dir,
+        study=config["study"],
+    )
+
+
+def eval_job(config: dict, cell: C.Cell, budget: float | None = None) -> EvalJob:
+    """Every evaluated rung of a cell (:func:`race.study.cells.evaluated_rungs`), or only
+    ``budget``."""
+    rungs = C.evaluated_rungs(config, cell)
+    if budget is not None:
+        if float(budget) not in rungs:
+            raise C.ConfigError(f"--budget {budget:g}: not an evaluated rung of {cell.key} "
+                                f"({', '.join(C.format_budget(b) for b in rungs)})")
+        rungs = [float(budget)]
+    run = C.run_dir(config, cell)
+    snapshots = [Snapshot(str(C.rung_dir(run, b)), str(C.rung_dir(run, b) / "eval.json"))
+                 for b in rungs]
+    return _eval_job(config, C.base_dir(config, cell.size), snapshots, cell.reward,
+                     allocation(config, cell.alloc).temperature, str(run))
+
+
+def base_eval_job(config: dict, size: str) -> EvalJob:
+    """A ladder base policy: the budget-0 point of its curves. Its native reward is measured
+    under the first reward system at the shared training temperature."""
+    base = C.base_dir(config, size)
+    return _eval_job(config, base, [Snapshot(None, f"{base}/eval.json")],
+                     next(iter(config["rewards"])), config["training"]["temperature"], None)
+
+
+def pretrain_job(config: dict, size: str) -> PretrainJob:
+    results = C.results(config)
+    return PretrainJob(size=size, data_dir=str(results / "data"),
+                       tokenizer_dir=str(results / "tokenizer"),
+                       out_dir=C.base_dir(config, size),
+                       spec=PretrainSpec.from_config(config["pretrain"]),
+                       threads=rule_threads(config, "base"))
+
+
+def prm_job(config: dict, size: str) -> PrmJob:
+    ladder = [s for s in config["sizes"] if C.is_ladder(s)]
+    return PrmJob(size=size, policies=[C.base_dir(config, s) for s in ladder],
+                  data_dir=str(C.results(config) / "data"), out_dir=C.prm_dir(config, size),
+                  spec=PRMSpec.from_config(config["prm"]), threads=rule_threads(config, "prm"))
+
+
+def _ladder_size(config: dict, key: str, sizes: list[str], what: str) -> str:
+    parts = C.parse_key(key)
+    size = parts.get("size")
+    if set(parts) != {"size"} or size not in sizes or not C.is_ladder(size):
+        raise C.ConfigError(f"--cell {key!r}: expected size~NAME with NAME a ladder {what} of "
+                            f"the config ({', '.join(s for s in sizes if C.is_ladder(s))})")
+    return size
+
+
+def job_for_cell(verb: str, config: dict, key: str, budget: float | None = None):
+    """The job of ``race <verb> --config FILE --cell KEY``: a grid or validation cell
+    (``size~S/reward~R/alloc~A/seed~N``) for train and evaluate, a ladder size (``size~S``)
+    for pretrain, prm and a base policy's evaluation."""
+    if budget is not None and verb != "evaluate":
+        raise C.ConfigError(f"--budget applies to evaluate only, not {verb}")
+    if verb == "pretrain":
+        return pretrain_job(config, _ladder_size(config, key, config["sizes"], "size"))
+    if verb == "prm":
+        return prm_job(config, _ladder_size(config, key, config["prm"]["sizes"], "PRM size"))
+    if verb == "evaluate" and "/" not in key.strip("/"):
+        if budget is not None:
+            raise C.ConfigError("--budget: a base policy has no budget rungs")
+        return base_eval_job(config, _ladder_size(config, key, config["sizes"], "size"))
+    cell = C.parse_cell(key, config)
+    return train_job(config, cell) if verb == "train" else eval_job(config, cell, budget)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def to_json(job) -> str:
+    """The job as JSON (what a Snakemake rule passes to ``race <verb> --job``)."""
+    return json.dumps(asdict(job), sort_keys=True)
+
+
+def from_json(cls, text: str):
+    """Inverse of :func:`to_json` for a job class of :data:`JOBS`."""
+    payload = json.loads(text)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(payload) - known)
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}")
+    if isinstance(payload.get("alloc"), dict):
+        payload["alloc"] = Allocation(**payload["alloc"])
+    if isinstance(payload.get("mlflow"), dict):
+        payload["mlflow"] = MlflowSpec(**payload["mlflow"])
+    if isinstance(payload.get("spec"), dict):
+        payload["spec"] = _SPECS[cls](**payload["spec"])
+    if "snapshots" in payload:
+        payload["snapshots"] = [Snapshot(**s) for s in payload["snapshots"]]
+    return cls(**payload)

@@ -1,0 +1,285 @@
+"""Typed sections of the study config, with their defaults read from the schema.
+
+Each dataclass here is one config section as a stage reads it: :class:`Allocation`
+(``allocations.<name>`` over ``training``), :class:`EvalSpec` (``eval``), :class:`PretrainSpec`
+(``pretrain``), :class:`PRMSpec` (``prm``) and :class:`MlflowSpec` (``mlflow``). Field defaults
+come from ``config.schema.yaml`` (:func:`race.study.schema.default`), so a default is stated
+once; a section with a key the dataclass does not know is an error that names the key.
+
+The lists every stage shares live here once: :data:`TARGETS` (evaluation targets, in report
+order) and, in :mod:`race.flops.ledger`, the FLOP phases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+from race.flops.analytic import LoraSpec
+from race.study.cells import ConfigError, prm_dir
+from race.study.schema import default
+
+#: Evaluation targets, in report order (``eval.targets`` names a subset; null means all).
+TARGETS: tuple[str, ...] = ("in_pass1", "ood_pass1", "maj_k", "prm_bon", "native_reward")
+PRM_AGGREGATES = ("min", "last", "product")
+#: Weight dtypes a model job can load (``training.dtype``).
+DTYPES = ("float32", "bfloat16")
+
+
+def _from_section(cls, section: dict | None, name: str):
+    """``cls(**section)``; an unknown key is an error naming it (a typo must not silently fall
+    back to a default)."""
+    section = dict(section or {})
+    known = [f.name for f in fields(cls)]
+    for key in section:
+        if key not in known:
+            raise ConfigError(f"{name}.{key}: unknown key (known: {', '.join(known)})")
+    try:
+        return cls(**section)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _train(key: str):
+    return field(default=default("training", key))
+
+
+def _alloc(key: str):
+    return field(default=default("allocations", key))
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """How a step's compute is shaped: one named entry under ``allocations:``, whose missing
+    keys come from ``training:`` (learning rate, beta, temperature, completion cap, LoRA
+    targets)."""
+
+    num_generations: int = _alloc("num_generations")  # completions per prompt: search width
+    prompts_per_step: int = _alloc("prompts_per_step")
+    num_iterations: int = _alloc("num_iterations")  # updates per generation batch
+    max_completion_length: int = _train("max_completion_length")
+    lora_rank: int = _alloc("lora_rank")
+    lora_alpha: float | None = None  # None: 2 x rank
+    lora_targets: tuple[str, ...] = _train("lora_targets")
+    learning_rate: float = _train("learning_rate")  # constant: nested rungs need it
+    beta: float = _train("beta")  # KL coefficient; > 0 adds a reference forward
+    temperature: float = _train("temperature")
+
+    def __post_init__(self):
+        if self.num_generations < 2:
+            raise ValueError("num_generations must be >= 2 (GRPO needs a group to compare)")
+        for name in ("prompts_per_step", "num_iterations", "max_completion_length",
+                     "lora_rank"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+
+    @property
+    def rows(self) -> int:
+        return self.num_generations * self.prompts_per_step
+
+    @property
+    def lora(self) -> LoraSpec:
+        return LoraSpec(self.lora_rank, self.lora_targets)
+
+    @property
+    def alpha(self) -> float:
+        """The LoRA alpha the adapter is built with."""
+        return self.lora_alpha or 2 * self.lora_rank
+
+
+def allocation(config: dict, name: str) -> Allocation:
+    """The :class:`Allocation` of a named allocation (training defaults applied)."""
+    shared = config["training"]
+    entry = dict(config["allocations"][name])
+    for key in ("learning_rate", "beta", "temperature", "max_completion_length"):
+        entry.setdefault(key, shared[key])
+    entry["lora_targets"] = tuple(shared["lora_targets"])
+    try:
+        return Allocation(**entry)
+    except ValueError as exc:
+        raise ConfigError(f"allocations.{name}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def _eval(key: str):
+    return field(default=default("eval", key))
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """The config keys under ``eval:`` (see :mod:`race.evaluation.evaluate` for each target)."""
+
+    targets: tuple[str, ...] | None = _eval("targets")  # which targets run (None: all)
+    n_in: int = _eval("n_in")
+    n_ood: int = _eval("n_ood")
+    max_new_tokens: int = _eval("max_new_tokens")
+    max_new_tokens_ood: int = _eval("max_new_tokens_ood")
+    sample_prompts: int = _eval("sample_prompts")
+    k: int = _eval("k")
+    bon_n: int = _eval("bon_n")
+    share_samples: bool = _eval("share_samples")
+    temperature: float = _eval("temperature")
+    native_prompts: int = _eval("native_prompts")
+    native_samples: int = _eval("native_samples")
+    native_temperature: float = _eval("native_temperature")  # each cell's training temperature
+    prm: str | None = _eval("prm")
+    prm_aggregate: str = _eval("prm_aggregate")
+    verifier: str = _eval("verifier")
+    batch_size: int = _eval("batch_size")
+    seed: int = _eval("seed")
+    merge_adapter: bool = _eval("merge_adapter")
+    attn_implementation: str = _eval("attn_implementation")
+    bootstrap_reps: int = _eval("bootstrap_reps")
+
+    def __post_init__(self) -> None:
+        targets = TARGETS if not self.targets else tuple(self.targets)
+        unknown = [t for t in targets if t not in TARGETS]
+        if unknown:
+            raise ValueError(f"eval.targets: unknown target(s) {unknown} (known: "
+                             f"{', '.join(TARGETS)})")
+        if len(set(targets)) != len(targets):
+            raise ValueError(f"eval.targets: duplicate target in {list(targets)}")
+        object.__setattr__(self, "targets", targets)
+        for name in ("n_in", "n_ood", "max_new_tokens", "max_new_tokens_ood", "sample_prompts",
+                     "k", "bon_n", "native_prompts", "native_samples", "batch_size",
+                     "bootstrap_reps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"eval.{name}: must be an integer >= 1, got {value!r}")
+        for name in ("temperature", "native_temperature"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"eval.{name}: must be > 0, got {getattr(self, name)!r}")
+        choices = {"prm_aggregate": PRM_AGGREGATES, "verifier": ("task", "math"),
+                   "attn_implementation": ("sdpa", "eager")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"eval.{name}: must be one of {allowed}, got "
+                                 f"{getattr(self, name)!r}")
+
+    @classmethod
+    def from_config(cls, section: dict | None) -> EvalSpec:
+        """From the ``eval:`` mapping; an unknown key is an error naming it."""
+        return _from_section(cls, section, "eval")
+
+    def with_overrides(self, **overrides) -> EvalSpec:
+        """This spec with the non-None overrides applied (validated again)."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def eval_targets(config: dict) -> list[str]:
+    return list(config["eval"].get("targets") or TARGETS)
+
+
+def race_targets(config: dict) -> list[str]:
+    return list(config["race"].get("targets") or eval_targets(config))
+
+
+# --------------------------------------------------------------------------- base policies
+
+
+def _pre(key: str):
+    return field(default=default("pretrain", key))
+
+
+@dataclass(frozen=True)
+class PretrainSpec:
+    """Config keys under ``pretrain:`` (the same for every size)."""
+
+    token_budget: int = _pre("token_budget")
+    batch_size: int = _pre("batch_size")
+    learning_rate: float = _pre("learning_rate")
+    warmup_frac: float = _pre("warmup_frac")
+    min_lr_frac: float = _pre("min_lr_frac")
+    weight_decay: float = _pre("weight_decay")
+    seed: int = _pre("seed")
+    eval_examples: int = _pre("eval_examples")
+    eval_max_new_tokens: int = _pre("eval_max_new_tokens")
+
+    @classmethod
+    def from_config(cls, section: dict | None) -> PretrainSpec:
+        return _from_section(cls, section, "pretrain")
+
+
+# --------------------------------------------------------------------------- feedback models
+
+
+def _prm(key: str):
+    return field(default=default("prm", key))
+
+
+@dataclass(frozen=True)
+class PRMSpec:
+    """Config keys under ``prm:`` besides ``sizes`` (see race.feedback.prm_training)."""
+
+    n_prompts: int = _prm("n_prompts")  # train-split prompts the base policies sample on
+    samples_per_prompt: int = _prm("samples_per_prompt")  # per prompt per base policy
+    temperature: float = _prm("temperature")  # 1.0: the policies' own mistakes
+    max_new_tokens: int = _prm("max_new_tokens")
+    sample_batch_size: int = _prm("sample_batch_size")
+    target_positive_rate: float = _prm("target_positive_rate")  # balance towards this rate ...
+    balance_tolerance: float = _prm("balance_tolerance")  # ... when farther than this from it
+    heldout_frac: float = _prm("heldout_frac")  # prompts held out for AUC / accuracy
+    steps: int = _prm("steps")
+    batch_size: int = _prm("batch_size")
+    learning_rate: float = _prm("learning_rate")  # AdamW peak; warmup then cosine to 10%
+    warmup_frac: float = _prm("warmup_frac")
+    weight_decay: float = _prm("weight_decay")
+    init: str = _prm("init")  # random | base | auto (base when a same-size policy is given)
+    attn_implementation: str = _prm("attn_implementation")
+    seed: int = _prm("seed")
+
+    def __post_init__(self):
+        if self.init not in ("auto", "base", "random"):
+            raise ValueError(f"prm.init must be auto, base or random, got {self.init!r}")
+        for key in ("n_prompts", "samples_per_prompt", "max_new_tokens", "sample_batch_size",
+                    "steps", "batch_size"):
+            if int(getattr(self, key)) < 1:
+                raise ValueError(f"prm.{key} must be >= 1, got {getattr(self, key)}")
+        if not 0 <= self.heldout_frac < 1:
+            raise ValueError(f"prm.heldout_frac must be in [0, 1), got {self.heldout_frac}")
+        if not 0 < self.target_positive_rate < 1:
+            raise ValueError("prm.target_positive_rate must be in (0, 1)")
+
+    @classmethod
+    def from_config(cls, section: dict | None) -> PRMSpec:
+        """From the config's ``prm:`` section (``sizes`` is the workflow's, not ours)."""
+        section = {k: v for k, v in (section or {}).items() if k != "sizes"}
+        return _from_section(cls, section, "prm")
+
+
+# --------------------------------------------------------------------------- rewards, MLflow
+
+
+def reward_spec(config: dict, name: str) -> dict:
+    """A ``rewards:`` entry with its PRM resolved to a directory (or hub id)."""
+    spec = dict(config["rewards"][name])
+    if "prm" in spec:
+        spec["prm"] = prm_dir(config, spec["prm"])
+    return spec
+
+
+@dataclass(frozen=True)
+class MlflowSpec:
+    """Where MLflow runs go (``mlflow:``; the experiment defaults to the study name)."""
+
+    experiment: str
+    enabled: bool = field(default=default("mlflow", "enabled"))
+    tracking_uri: str = field(default=default("mlflow", "tracking_uri"))
+    artifact_root: str = field(default=default("mlflow", "artifact_root"))
+
+
+def mlflow_spec(config: dict) -> MlflowSpec:
+    m = config["mlflow"]
+    return MlflowSpec(enabled=m["enabled"], tracking_uri=m["tracking_uri"],
+                      artifact_root=m["artifact_root"],
+                      experiment=m.get("experiment") or config["study"])
+
+
+def mlflow_live(config: dict) -> bool:
+    """Whether training jobs log to MLflow themselves (``mlflow.enabled`` and ``live``)."""
+    return bool(config["mlflow"]["enabled"] and config["mlflow"]["live"])
