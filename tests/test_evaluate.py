@@ -28,7 +28,8 @@ LORA_TARGETS = ["q_proj", "v_proj", "down_proj"]
 
 
 class FakePRM:
-    """The race.feedback.models scorer interface: score(prompts, completions, aggregate) + consume().
+    """The race.feedback.models scorer interface: score(prompts, completions, aggregate) +
+    consume().
 
     Scores come from ``fn(prompt, completion)`` (default: the completion's length) or, when
     ``fixed`` is given, from that list in call order. Charges 7 FLOPs per completion character

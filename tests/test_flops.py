@@ -264,7 +264,7 @@ def test_lora_forward_adds_adapter_matmuls():
 
 def test_mlp_only_lora_skips_the_bottom():
     """The first layer's attention and q/k/v are below every MLP adapter: no gradients there,
-    so the backward is well under 2x the forward (DESIGN.md: 21% off for MLP-only)."""
+    so the backward is well under 2x the forward (docs/design.md: 21% off for MLP-only)."""
     arch, lora = _arch("nano"), F.LoraSpec(8, F.MLP_PROJECTIONS)
     below = F.backward_flops(arch, 64, lora=lora)
     rooted = F.backward_flops(arch, 64, lora=lora, inputs_require_grad=True)

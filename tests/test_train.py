@@ -255,3 +255,46 @@ def test_allocation_rejects_bad_values():
     with pytest.raises(ValueError, match="strictly increasing"):
         TrainJob(base="b", train_data="d", run_dir="r", rungs=[2.0, 1.0])
     assert replace(ALLOC, num_iterations=1).rows == 8
+
+
+def test_bfloat16_policy_when_the_config_asks(tiny_base, tmp_path, monkeypatch):
+    """training.dtype: bfloat16 reaches the job (through the workflow's builder) and the
+    trainer: the policy's weights are bfloat16 at every step (PEFT keeps the adapters in
+    float32), and the run stops at the same step as in float32 (the meter counts tokens)."""
+    import torch
+    import yaml
+
+    from race.grpo import run as train_mod
+    from race.study import jobs
+    from race.study.cells import grid_cells
+    from race.study.config import load_config
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
+                            .read_text())
+    config["training"]["dtype"] = "bfloat16"
+    (tmp_path / "bf16.yaml").write_text(yaml.safe_dump(config))
+    study = load_config(tmp_path / "bf16.yaml")
+    assert jobs.train_job(study, grid_cells(study)[0]).dtype == "bfloat16"
+    assert jobs.eval_job(study, grid_cells(study)[0]).dtype == "bfloat16"
+
+    seen: list[set] = []
+    base_cls = train_mod.metered_trainer_class
+
+    def spying_class():
+        class Spy(base_cls()):
+            def training_step(self, model, *a, **k):
+                seen.append({p.dtype for n, p in model.named_parameters() if "lora_" not in n})
+                return super().training_step(model, *a, **k)
+
+        return Spy
+
+    monkeypatch.setattr(train_mod, "metered_trainer_class", spying_class)
+    alloc = Allocation(num_generations=4, prompts_per_step=2, max_completion_length=12,
+                       lora_rank=4)
+    bound = step_bound(tiny_base, alloc)
+    bf16 = run_training(make_job(tiny_base, tmp_path / "bf16", [2.5 * bound], alloc=alloc,
+                                 dtype="bfloat16"))
+    assert seen and all(s == {torch.bfloat16} for s in seen)
+    monkeypatch.undo()
+    fp32 = run_training(make_job(tiny_base, tmp_path / "fp32", [2.5 * bound], alloc=alloc))
+    assert bf16["steps"] == fp32["steps"] == 2

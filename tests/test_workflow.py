@@ -45,9 +45,18 @@ def test_dry_runs(tmp_path, configfile):
 
 
 def test_slurm_profile_parses(tmp_path):
+    """The Qwen2.5 study under the SLURM profile: model jobs request their GPU under the
+    resource name the executor plugin reads (gpu), with the config's memory and runtime."""
     wd = workdir(tmp_path)
-    snakemake(wd, "--executor", "slurm", "--workflow-profile", "profiles/slurm", "-n",
-              "--jobs", "10", "--configfile", "configs/qwen2.5.yaml")
+    out = snakemake(wd, "--executor", "slurm", "--workflow-profile", "profiles/slurm", "-n",
+                    "--jobs", "10", "--configfile", "configs/qwen2.5.yaml").stdout
+    jobs = out.split("\nrule ")[1:]
+    for rule, mem, runtime in (("train", 64000, 720), ("evaluate", 32000, 120)):
+        resources = [j.split("resources: ")[1].splitlines()[0] for j in jobs
+                     if j.startswith(f"{rule}:")]
+        assert resources and all(f"mem_mb={mem}," in r and f"runtime={runtime}" in r
+                                 and r.endswith("gpu=1") for r in resources), resources[:1]
+    assert "gpus=" not in out
 
 
 BAD = [

@@ -1,1 +1,1 @@
-"""RACE: where should a fixed RL post-training FLOP budget go? (see DESIGN.md)."""
+"""RACE: where should a fixed RL post-training FLOP budget go? (see docs/design.md)."""

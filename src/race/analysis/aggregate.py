@@ -87,7 +87,7 @@ def base_rows(config: dict) -> list[dict]:
                        "p_learning": 0.0, "max_step_flops": 0, "wall_s": 0.0,
                        "params": pre["params"],
                        "non_embedding_params": pre["non_embedding_params"]}
-                for p in ["total"] + cols.PHASES:
+                for p in ("total", *cols.PHASES):
                     row[f"flops_{p}"] = 0
                     row[f"exec_flops_{p}"] = 0
                 for p in cols.PHASES:

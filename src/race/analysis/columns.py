@@ -8,6 +8,9 @@ except ``eval_flops_<target>``, which is the evaluation ledger of that target al
 
 from __future__ import annotations
 
+from race.flops.ledger import BUDGET_PHASES
+from race.study.specs import TARGETS
+
 #: Identity of a row. ``stage`` is "pilot", "validation" or "full" (the RACE protocol's grids);
 #: ``cell`` is the content-derived run key ``size~S/reward~R/alloc~A/seed~N``.
 ID_COLUMNS = ["study", "stage", "cell", "size", "reward", "alloc", "seed", "budget"]
@@ -23,7 +26,9 @@ KNOB_COLUMNS = [
     "beta",
 ]
 
-PHASES = ["rollout", "learning", "reward"]
+#: The phases charged to a budget (race.flops.ledger), and the evaluation targets in report
+#: order (race.study.specs): each list is defined once, where it belongs.
+PHASES = BUDGET_PHASES
 
 #: What the run bought up to this rung.
 LEDGER_COLUMNS = (
@@ -33,9 +38,6 @@ LEDGER_COLUMNS = (
     + [f"tokens_{p}" for p in PHASES]
     + ["p_learning", "max_step_flops", "wall_s", "params", "non_embedding_params"]
 )
-
-#: Evaluation targets, in report order.
-TARGETS = ["in_pass1", "ood_pass1", "maj_k", "prm_bon", "native_reward"]
 
 TARGET_LABELS = {
     "in_pass1": "eval-in pass@1",

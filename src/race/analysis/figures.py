@@ -467,39 +467,14 @@ PLOTTERS = {
 }
 
 
-def frontier(data: FigureData, out_dir: str | Path) -> list[Path]:
-    """Write frontier.png / .svg (:func:`plot_frontier`); return the paths."""
-    return save(plot_frontier(data), out_dir, "frontier")
-
-
-def compute_breakdown(data: FigureData, out_dir: str | Path) -> list[Path]:
-    """Write compute_breakdown.png / .svg (:func:`plot_compute_breakdown`); return the paths."""
-    return save(plot_compute_breakdown(data), out_dir, "compute_breakdown")
-
-
-def same_flop(data: FigureData, out_dir: str | Path) -> list[Path]:
-    """Write same_flop.png / .svg (:func:`plot_same_flop`); return the paths."""
-    return save(plot_same_flop(data), out_dir, "same_flop")
-
-
-def regime_map(data: FigureData, out_dir: str | Path) -> list[Path]:
-    """Write regime_map.png / .svg (:func:`plot_regime_map`); return the paths."""
-    return save(plot_regime_map(data), out_dir, "regime_map")
-
-
-def race_agreement(data: FigureData, out_dir: str | Path) -> list[Path]:
-    """Write race_agreement.png / .svg (:func:`plot_race_agreement`); return the paths."""
-    return save(plot_race_agreement(data), out_dir, "race_agreement")
-
-
-def fits(data: FigureData, out_dir: str | Path) -> list[Path]:
-    """Write fits.png / .svg (:func:`plot_fits`); return the paths."""
-    return save(plot_fits(data), out_dir, "fits")
+def write(name: str, data: FigureData, out_dir: str | Path) -> list[Path]:
+    """Write figure ``name`` (one of :data:`FIGURE_NAMES`) as PNG and SVG; return the paths."""
+    return save(PLOTTERS[name](data), out_dir, name)
 
 
 def write_all(data: FigureData, out_dir: str | Path) -> dict[str, list[Path]]:
     """Every figure, in :data:`FIGURE_NAMES` order: name -> [png, svg]."""
-    return {name: save(PLOTTERS[name](data), out_dir, name) for name in FIGURE_NAMES}
+    return {name: write(name, data, out_dir) for name in FIGURE_NAMES}
 
 
 def not_run_figures(data: FigureData) -> list[str]:

@@ -1,6 +1,6 @@
 """The RACE protocol: rank configs on the cheap pilot grid, select, and score the pilot's ranking.
 
-A diagnostic, not a guarantee (DESIGN.md, "RACE protocol"). Conventions:
+A diagnostic, not a guarantee (docs/design.md, "RACE pilot protocol"). Conventions:
 
 - A config is (size, alloc) within one reward system; configs are ranked per (reward, target).
 - Pilot ranking (:func:`rank_pilot`): by accuracy at the highest pilot rung (the largest

@@ -20,8 +20,8 @@ import sys
 
 from race.flops import analytic as F
 from race.flops.estimates import (
+    ESTIMATES,
     LADDER_REF_LEN,
-    PHASES,
     QWEN_REF_LEN,
     EstimateError,
     estimate,
@@ -34,7 +34,7 @@ HELP = "FLOPs of a forward, generation or training step"
 
 def add_arguments(p) -> None:
     p.add_argument("config", nargs="?", help="config.json, model dir, ladder size or Qwen2.5 name")
-    p.add_argument("--phase", choices=PHASES, default="forward")
+    p.add_argument("--phase", choices=ESTIMATES, default="forward")
     p.add_argument("--batch", type=int, default=1, help="sequences (default 1)")
     p.add_argument("--seq", type=int, help="tokens per sequence (forward, train)")
     p.add_argument("--logits", type=int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, cell_help: str,
@@ -39,3 +40,9 @@ def load_job(verb: str, args: argparse.Namespace):
 
     torch.set_num_threads(job.threads)
     return job
+
+
+def print_record(record: dict, keys: tuple[str, ...]) -> int:
+    """Print the named fields of a job's record as one JSON line (what the job log ends with)."""
+    print(json.dumps({k: record[k] for k in keys}))
+    return 0

@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import json
-
-from race.cli.jobs import add_job_arguments, load_job
+from race.cli.jobs import add_job_arguments, load_job, print_record
 
 HELP = "SFT a ladder size into a base policy"
 
@@ -21,6 +19,5 @@ def run(args) -> int:
     from race.policy.pretrain import run_pretrain
 
     record = run_pretrain(load_job("pretrain", args))
-    print(json.dumps({k: record[k] for k in ("size", "params", "tokens", "model_flops",
-                                              "wall_s", "eval_in_accuracy")}))
-    return 0
+    return print_record(record, ("size", "params", "tokens", "model_flops", "wall_s",
+                                 "eval_in_accuracy"))

@@ -7,9 +7,7 @@ race.feedback.prm_training). Prints one JSON line (size, AUC, accuracy, wall s).
 
 from __future__ import annotations
 
-import json
-
-from race.cli.jobs import add_job_arguments, load_job
+from race.cli.jobs import add_job_arguments, load_job, print_record
 
 HELP = "train a PRM on step labels over base-policy samples"
 
@@ -22,6 +20,4 @@ def run(args) -> int:
     from race.feedback.prm_training import run_prm
 
     record = run_prm(load_job("prm", args))
-    print(json.dumps({k: record[k] for k in ("size", "auc", "accuracy", "steps", "model_flops",
-                                              "wall_s")}))
-    return 0
+    return print_record(record, ("size", "auc", "accuracy", "steps", "model_flops", "wall_s"))

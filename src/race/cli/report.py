@@ -20,7 +20,8 @@ def add_arguments(p) -> None:
                    help="runs table; grids separated by its stage column")
     p.add_argument("--out", required=True, help="output directory (e.g. reports/)")
     p.add_argument("--config", default=None,
-                   help="study config YAML (reads study and eval.targets)")
+                   help="study config: a YAML file or the workflow's JSON slice (reads study "
+                        "and eval.targets)")
     p.add_argument("--pilot-csv", default=None, help="pilot rows (replace stage == 'pilot')")
     p.add_argument("--validation-csv", default=None,
                    help="validation rows (replace stage == 'validation')")

@@ -23,10 +23,10 @@ def write_task_data(task: dict, out: str) -> dict:
     paths = {}
     for split in ("train", "eval_in", "eval_ood"):
         if kind == "jsonl":
-            key = f"{split}_jsonl"
-            if not task.get(key):
-                raise ValueError(f"task.{key}: required when task.kind is jsonl")
-            records = load_jsonl(task[key])
+            path = task.get(f"{split}_jsonl")
+            if not path:
+                raise ValueError(f"task.{split}_jsonl: required when task.kind is jsonl")
+            records = load_jsonl(path)
         else:
             dataset = task["hf_ood_id"] if split == "eval_ood" and task.get("hf_ood_id") else (
                 task["hf_id"])

@@ -41,6 +41,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from race.study.schema import default
+
 MARKER = "####"
 STEP_SEPARATOR = "\n"
 _STEP_RE = re.compile(r"^(\d+)([+\-])(\d+)=(-?\d+)$")
@@ -52,16 +54,16 @@ _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 class TaskSpec:
     """Shape of the arithmetic task; every field is a config key under ``task:``."""
 
-    seed: int = 0
-    max_operand: int = 14
-    max_value: int = 39
-    min_steps: int = 1
-    max_steps: int = 3
-    ood_min_steps: int = 4
-    ood_max_steps: int = 5
-    n_train: int = 20000
-    n_eval_in: int = 200
-    n_eval_ood: int = 200
+    seed: int = field(default=default("task", "seed"))
+    max_operand: int = field(default=default("task", "max_operand"))
+    max_value: int = field(default=default("task", "max_value"))
+    min_steps: int = field(default=default("task", "min_steps"))
+    max_steps: int = field(default=default("task", "max_steps"))
+    ood_min_steps: int = field(default=default("task", "ood_min_steps"))
+    ood_max_steps: int = field(default=default("task", "ood_max_steps"))
+    n_train: int = field(default=default("task", "n_train"))
+    n_eval_in: int = field(default=default("task", "n_eval_in"))
+    n_eval_ood: int = field(default=default("task", "n_eval_ood"))
 
     def __post_init__(self):
         if not 1 <= self.min_steps <= self.max_steps:

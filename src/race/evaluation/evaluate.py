@@ -13,10 +13,12 @@ with a 95% interval and its ``n`` = the number of prompts the interval is comput
                    the tied (:func:`race.evaluation.metrics.majority_index`) (Wilson).
 ``prm_bon``        ``bon_n`` completions per prompt (the same prompts) reranked by a PRM: the
                    highest aggregated step score is scored, ties to the earliest sample
-                   (:func:`race.evaluation.metrics.best_index`) (Wilson). Without a PRM the target is
+                   (:func:`race.evaluation.metrics.best_index`) (Wilson). Without a PRM the target
+                   is
                    skipped and the reason recorded -- never a made-up number.
 ``native_reward``  the cell's training reward (a ``rewards:`` entry through
-                   :func:`race.feedback.rewards.build_reward`) on the first ``native_prompts`` eval-in
+                   :func:`race.feedback.rewards.build_reward`) on the first ``native_prompts``
+                   eval-in
                    prompts, ``native_samples`` completions each at the training temperature:
                    the mean reward, with a cluster-bootstrap interval over prompts.
 
@@ -81,7 +83,8 @@ def _load_split(data_dir: str | Path, name: str) -> list[Record]:
 
 
 def _resolve_prm(prm, spec: EvalSpec, results_dir: str | Path):
-    """(scorer or None, description). A string is loaded with race.feedback.models.load_prm (imported
+    """(scorer or None, description). A string is loaded with race.feedback.models.load_prm
+    (imported
     here: race.feedback.models is only needed when a PRM is used)."""
     prm = spec.prm if prm is None else prm
     if prm is None or "prm_bon" not in spec.targets:
@@ -110,7 +113,8 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
     """Evaluate one snapshot on every target of ``spec``; returns (and writes to ``out``) the
     ``eval.json`` payload.
 
-    ``reward``: a ``rewards:`` entry (dict, built with race.feedback.rewards.build_reward) or a reward
+    ``reward``: a ``rewards:`` entry (dict, built with race.feedback.rewards.build_reward) or a
+    reward
     object; ``prm``: a PRM ladder name (``results_dir/prm/size~NAME``), a path or hub id (loaded
     with race.feedback.models.load_prm), or a scorer object; ``None`` falls back to ``spec.prm``.
     """

@@ -5,7 +5,8 @@ Three kinds of feedback model load through :func:`load_feedback_model`, and all 
 ``consume() -> PhaseFlops`` and ``bound(rows, max_prompt_len, max_completion_len)``:
 
 ``TokenClassifierPRM``  ours (``race prm``): a ``Qwen2ForTokenClassification`` with 2 labels.
-    Text = prompt + each completion line closed by ``"\\n"`` (:func:`race.feedback.prm_data.prm_text`);
+    Text = prompt + each completion line closed by ``"\\n"``
+    (:func:`race.feedback.prm_data.prm_text`);
     a step's score is the softmax probability of label 1 ("correct") at the ``"\\n"`` that
     closes its line.
 ``QwenMathPRM``  the Qwen2.5-Math-PRM convention: transformers' ``Qwen2Model`` + ``score =
@@ -21,7 +22,8 @@ Three kinds of feedback model load through :func:`load_feedback_model`, and all 
     with 2 labels. Its ``step_scores`` is one "step" per completion, so every aggregate is
     that score.
 
-Scores are probabilities in [0, 1]. Aggregation (:func:`race.feedback.scores.aggregate`): ``min`` (the weakest
+Scores are probabilities in [0, 1]. Aggregation (:func:`race.feedback.scores.aggregate`): ``min``
+(the weakest
 step), ``last`` (the last line: the answer line of a well-formed completion), ``product``.
 
 Defined scores and errors (bad input):
@@ -40,7 +42,8 @@ Batching: rows are sorted by length, cut into batches of ``batch_size``, **right
 (Qwen2 numbers positions 0..T-1 whatever the mask, so right padding leaves every real token at
 the position it has alone: batched scores equal unbatched ones).
 
-FLOPs (``race.flops.analytic`` conventions; charged to the ``reward`` phase in training and to ``eval``
+FLOPs (``race.flops.analytic`` conventions; charged to the ``reward`` phase in training and to
+``eval``
 in best-of-n; :meth:`FeedbackModel.consume` returns and resets them):
 
 * model FLOPs: per scored row, the backbone forward over its real tokens with causal attention

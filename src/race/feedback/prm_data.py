@@ -262,7 +262,8 @@ def sample_completions(policies: Sequence[str], prompts: list[str], *, per_promp
                        max_new_tokens: int, temperature: float, seed: int, batch_size: int):
     """``per_prompt`` sampled completions per prompt from every base policy (grouped by
     prompt, policies in order) and the generation FLOPs of sampling as a ``PhaseFlops``:
-    KV-cached ``generate`` (:func:`race.flops.analytic.batch_generate_flops`), model = real prompt and
+    KV-cached ``generate`` (:func:`race.flops.analytic.batch_generate_flops`), model = real prompt
+    and
     completion tokens, executed = the left-padded batches as they ran; tokens = completion
     tokens generated."""
     import torch

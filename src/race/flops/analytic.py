@@ -1,4 +1,4 @@
-"""The analytic FLOP model of RACE (DESIGN.md, "The FLOP model").
+"""The analytic FLOP model of RACE (docs/design.md, "FLOP conventions").
 
 Every function returns an exact Python ``int`` number of FLOPs for **one sequence** unless it
 says otherwise (the ``batch_*`` helpers sum over rows). Conventions:
@@ -154,7 +154,7 @@ class Arch:
         return sum(i * o for i, o in self.projections().values())
 
     def block_matmul_params(self) -> int:
-        """N_block of DESIGN.md: the projection weights of all layers."""
+        """N_block of docs/design.md: the projection weights of all layers."""
         return self.layers * self.layer_matmul_params()
 
     def embedding_params(self) -> int:
@@ -424,7 +424,7 @@ def train_flops(arch: Arch, n_tokens: int, *, logits: int | None = None,
     ``enable_input_require_grads`` on every causal LM (and TRL does too for PEFT models), the
     embedding output requires grad, so under LoRA the layers below the lowest adapter are
     differentiated as well. ``inputs_require_grad`` overrides that (default: ``grad_ckpt``).
-    Note: checkpointing is not free in FLOPs -- it is charged, as DESIGN.md requires.
+    Note: checkpointing is not free in FLOPs -- it is charged, as docs/design.md requires.
     """
     if inputs_require_grad is None:
         inputs_require_grad = grad_ckpt
@@ -600,7 +600,7 @@ def batch_train_flops(arch: Arch, lengths: Sequence[int],
     """Forward + backward over a padded batch (see :func:`batch_forward_flops` for the rows).
 
     Model FLOPs include the checkpoint recompute only if ``grad_ckpt`` -- it is compute the run
-    chose to spend, so it is charged (DESIGN.md).
+    chose to spend, so it is charged (docs/design.md).
     """
     logits = _rows(lengths, logits_per_seq, "logits_per_seq")
     if not executed:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from race.flops import analytic as F
 
-#: What ``race flops --phase`` can estimate.
-PHASES = ("forward", "generate", "train")
+#: The kinds of step ``race flops --phase`` can estimate (not FLOP phases: see the ledger).
+ESTIMATES = ("forward", "generate", "train")
 
 #: Reference contexts of ``--table`` when ``--ref-len`` is not given: 512 tokens for Qwen2.5
 #: (a typical GRPO prompt + completion), 128 for the ladder (half its 256-token context).

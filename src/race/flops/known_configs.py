@@ -1,6 +1,6 @@
 """Architectures of the Qwen2.5 base models, so that ``race flops`` works without a hub.
 
-The numbers are those of the published ``config.json`` files (DESIGN.md, "Reference
+The numbers are those of the published ``config.json`` files (docs/design.md, "Reference
 architectures"): SwiGLU MLP, RMSNorm (eps 1e-6), rotary (theta 1e6), biases on q/k/v only;
 0.5B/1.5B/3B tie the LM head to the embedding, 7B/14B do not. Only architecture keys are kept
 (no token ids, no dtype): enough to count FLOPs and parameters and to instantiate the model on

@@ -1,6 +1,6 @@
 """The FLOP ledger: one row per (step, phase) of a run, model and executed FLOPs side by side.
 
-Phases (DESIGN.md): ``rollout``, ``learning`` and ``reward`` are charged to a cell's budget;
+Phases (docs/design.md): ``rollout``, ``learning`` and ``reward`` are charged to a cell's budget;
 ``eval`` and ``pre`` (pretraining, PRM training) are recorded but kept apart.
 
 FLOPs are exact Python ints: a Qwen2.5-14B run passes 2**53 quickly, so they are written as
@@ -131,7 +131,7 @@ class Ledger:
     @property
     def model_total(self) -> int:
         """Model FLOPs charged to the budget: rollout + learning + reward (eval and pre are
-        reported apart, never charged -- DESIGN.md)."""
+        reported apart, never charged -- docs/design.md)."""
         return sum(r.model_flops for r in self._rows.values() if r.phase in BUDGET_PHASES)
 
     @property

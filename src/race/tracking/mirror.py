@@ -5,7 +5,8 @@ cell (grid and validation runs), the run's params and tags, every per-step metri
 ``metrics.jsonl`` and the evaluation metrics of each evaluated rung (``eval/<target>``, at the
 rung's training step), then marks the run FINISHED. It also creates the study's parent run.
 
-Idempotent through :class:`race.tracking.mlflow_runs.RunLogger`: a run is found again by its id file or its
+Idempotent through :class:`race.tracking.mlflow_runs.RunLogger`: a run is found again by its id
+file or its
 ``run_key`` tag (never duplicated), a training step already in MLflow is skipped, an evaluation
 value already there is skipped. So it serves both modes of ``mlflow.live``:
 

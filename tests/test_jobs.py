@@ -1,0 +1,76 @@
+"""Typed jobs: one builder per verb, the same job from the workflow and from a human, JSON
+round trips, and errors that name the bad cell or rung."""
+
+from pathlib import Path
+
+import pytest
+
+from race.study import cells as C
+from race.study import jobs
+from race.study.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def smoke():
+    return load_config(ROOT / "configs" / "smoke.yaml")
+
+
+def test_every_job_round_trips_through_json(smoke):
+    cell = C.grid_cells(smoke)[0]
+    built = [jobs.train_job(smoke, cell), jobs.eval_job(smoke, cell),
+             jobs.base_eval_job(smoke, "nano"), jobs.pretrain_job(smoke, "micro"),
+             jobs.prm_job(smoke, "nano")]
+    for job in built:
+        assert jobs.from_json(type(job), jobs.to_json(job)) == job
+
+
+def test_a_human_gets_the_workflows_job(smoke):
+    cell = C.grid_cells(smoke)[-1]
+    assert jobs.job_for_cell("train", smoke, cell.key) == jobs.train_job(smoke, cell)
+    assert jobs.job_for_cell("evaluate", smoke, cell.key) == jobs.eval_job(smoke, cell)
+    assert jobs.job_for_cell("evaluate", smoke, "size~nano") == jobs.base_eval_job(smoke, "nano")
+    assert jobs.job_for_cell("pretrain", smoke, "size~micro") == jobs.pretrain_job(smoke, "micro")
+    assert jobs.job_for_cell("prm", smoke, "size~nano") == jobs.prm_job(smoke, "nano")
+    one = jobs.job_for_cell("evaluate", smoke, cell.key, budget=8e9)
+    assert [s.out for s in one.snapshots] == [
+        str(C.rung_dir(C.run_dir(smoke, cell), 8e9) / "eval.json")]
+
+
+def test_one_evaluation_job_per_cell_covers_its_rungs(smoke):
+    grid = C.grid_cells(smoke)[0]
+    job = jobs.eval_job(smoke, grid)
+    assert [s.adapter for s in job.snapshots] == [
+        str(C.rung_dir(C.run_dir(smoke, grid), b)) for b in smoke["budgets"]]
+    assert job.spec.native_temperature == smoke["training"]["temperature"]
+    assert job.prm == C.prm_dir(smoke, "nano") and job.reward == {**smoke["rewards"][grid.reward],
+                                                                  **job.reward}
+    validation_only = C.Cell(grid.size, grid.reward, grid.alloc, 1)
+    assert [s.out for s in jobs.eval_job(smoke, validation_only).snapshots] == [
+        str(C.rung_dir(C.run_dir(smoke, validation_only), C.validation_budget(smoke))
+            / "eval.json")]
+
+
+@pytest.mark.parametrize("verb, key, budget, message", [
+    ("train", "size~nano/reward~rule/alloc~nope/seed~0", None, "allocation 'nope'"),
+    ("train", "size~nano/reward~rule", None, "missing ['alloc', 'seed']"),
+    ("train", "size~nano/reward~rule/alloc~base/seed~0", 4e9, "--budget applies to evaluate"),
+    ("evaluate", "size~nano/reward~rule/alloc~base/seed~0", 5e9, "not an evaluated rung"),
+    ("evaluate", "size~nano", 4e9, "a base policy has no budget rungs"),
+    ("pretrain", "size~mini", None, "a ladder size of the config"),
+    ("prm", "size~micro", None, "a ladder PRM size of the config"),
+])
+def test_bad_cells_name_what_is_wrong(smoke, verb, key, budget, message):
+    with pytest.raises(C.ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        jobs.job_for_cell(verb, smoke, key, budget)
+
+
+def test_jobs_carry_dtype_and_threads_from_the_config(smoke):
+    config = {**smoke, "training": {**smoke["training"], "dtype": "bfloat16"},
+              "resources": {**smoke["resources"], "train": {**smoke["resources"]["train"],
+                                                            "threads": 4}}}
+    cell = C.grid_cells(config)[0]
+    train = jobs.train_job(config, cell)
+    assert (train.dtype, train.threads) == ("bfloat16", 4)
+    assert jobs.eval_job(config, cell).dtype == "bfloat16"

@@ -1,0 +1,187 @@
+"""The package's shape: no import cycle, small modules, one command table, every config key
+read by some code, nothing that points outside the repository."""
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from race.data.task import TaskSpec
+from race.study import jobs, schema, specs
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "race"
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
+TREES = {name: ast.parse(path.read_text()) for name, path in MODULES.items()}
+
+
+def imports_of(name: str) -> set[str]:
+    """Every race module ``name`` imports, at module level or inside a function (a lazy import
+    that closes a cycle is still a cycle)."""
+    out = set()
+    for node in ast.walk(TREES[name]):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.add(full if full in MODULES else node.module)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return {m for m in out if m in MODULES and m != name}
+
+
+def test_no_import_cycle():
+    graph = {name: imports_of(name) for name in MODULES}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(name):] + [name]))
+        if name in done:
+            return
+        for dep in sorted(graph[name]):
+            visit(dep, path + [name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+#: The analytic FLOP model is kept whole (its conventions read best in one place).
+LONG_MODULES = {"race.flops.analytic"}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_stay_small(name):
+    lines = len(MODULES[name].read_text().splitlines())
+    assert name in LONG_MODULES or lines <= 520, f"{name}: {lines} lines"
+
+
+def test_one_command_table():
+    """Every verb module has the three names the entry point calls, and nothing else lists the
+    verbs (the warm-start preload reads the table)."""
+    import importlib
+
+    from race.cli import COMMANDS, build_parser
+
+    for verb, command in COMMANDS.items():
+        module = importlib.import_module(command.module)
+        assert module.HELP and callable(module.add_arguments) and callable(module.run), verb
+        if command.stage:
+            importlib.import_module(command.stage)
+    choices = build_parser()._subparsers._group_actions[0].choices
+    assert list(choices) == list(COMMANDS)
+    cli_files = {p.stem for p in (SRC / "cli").glob("*.py")} - {"__init__", "__main__", "jobs"}
+    assert cli_files == {c.module.rsplit(".", 1)[1] for c in COMMANDS.values()}
+
+
+# --------------------------------------------------------------------------- config keys
+
+
+def schema_keys() -> list[tuple[str, ...]]:
+    """Every key path of the schema: top-level keys, and the keys inside each section (for a
+    map of named entries -- allocations, rewards, resources -- the keys of one entry)."""
+    keys = []
+    for section, node in schema.schema()["properties"].items():
+        keys.append((section,))
+        if node.get("type") == "object":
+            for key in schema.properties(section) if (
+                    "properties" in node or "additionalProperties" in node) else []:
+                keys.append((section, key))
+    return keys
+
+
+def _read_strings() -> set[str]:
+    """Strings the package and the workflow read a mapping with: ``x["key"]``,
+    ``x.get("key")``, ``x.setdefault("key")``, ``x.pop("key")`` and ``res("group", "key")``."""
+    found = set()
+    for tree in TREES.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                found.add(node.slice.value)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in ("get", "setdefault", "pop") and node.args
+                  and isinstance(node.args[0], ast.Constant)):
+                found.add(node.args[0].value)
+            key = (node.slice if isinstance(node, ast.Subscript) else node.args[0] if (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get" and node.args) else None)
+            if isinstance(key, ast.JoinedStr):
+                # x.get(f"{split}_jsonl"): a family of keys, kept as a pattern
+                found.add(re.compile("".join(
+                    re.escape(v.value) if isinstance(v, ast.Constant) else r"\w+"
+                    for v in key.values)))
+    for smk in [ROOT / "Snakefile", *(ROOT / "workflow" / "rules").glob("*.smk")]:
+        text = smk.read_text()
+        found.update(re.findall(r'\["(\w+)"\]', text))
+        for group, key in re.findall(r'res\("(\w+)", "(\w+)"\)', text):
+            found.update((group, key))
+    return found
+
+
+SOURCES = "\n".join([*(p.read_text() for p in MODULES.values()),
+                     *(p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk")),
+                     (ROOT / "Snakefile").read_text()])
+
+
+def _attributes_read() -> set[str]:
+    return {node.attr for tree in TREES.values() for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)}
+
+
+#: Typed sections: their keys reach code as fields of these classes.
+TYPED = {"eval": (specs.EvalSpec,), "pretrain": (specs.PretrainSpec,), "prm": (specs.PRMSpec,),
+         "allocations": (specs.Allocation,), "training": (specs.Allocation, jobs.TrainJob),
+         "mlflow": (specs.MlflowSpec,), "task": (TaskSpec,)}
+
+
+@pytest.mark.parametrize("path", schema_keys(), ids=".".join)
+def test_every_config_key_has_a_reader(path):
+    """A key is read when code subscripts a mapping with it (or ``.get`` s it), or -- in a
+    typed section -- when it is a field of the section's class that code reads as an
+    attribute. A key no code reads is a promise the study does not keep."""
+    key = path[-1]
+    if len(path) == 1:  # a top-level key: read off the config itself, or handed to a rule
+        read = rf'(config|STUDY|cfg)(\["{key}"\]|\.get\("{key}")|config_slice\([^)]*"{key}"'
+        assert re.search(read, SOURCES), f"config key {key}: no code reads it"
+        return
+    strings = _read_strings()
+    if key in strings or any(isinstance(s, re.Pattern) and s.fullmatch(key) for s in strings):
+        return
+    classes = TYPED.get(path[0], ())
+    if classes and len(path) == 2:
+        assert any(key in {f.name for f in dataclasses.fields(c)} for c in classes), (
+            f"{'.'.join(path)}: no field of {[c.__name__ for c in classes]}")
+        assert key in _attributes_read(), f"{'.'.join(path)}: field never read"
+        return
+    raise AssertionError(f"config key {'.'.join(path)}: no code reads it")
+
+
+def test_rules_read_the_resource_names_the_executors_read():
+    """threads, mem_mb, runtime and gpu (the SLURM executor plugin reads ``gpu``, not
+    ``gpus``) for every model rule."""
+    rules = (ROOT / "workflow" / "rules")
+    text = "".join(p.read_text() for p in rules.glob("*.smk"))
+    assert "gpus=" not in text
+    for group in ("base", "prm", "train", "evaluate"):
+        for key in ("threads", "mem_mb", "runtime", "gpu"):
+            assert f'res("{group}", "{key}")' in text, (group, key)
+
+
+# --------------------------------------------------------------------------- self-contained
+
+
+def test_nothing_points_outside_the_repository():
+    tracked = [p for p in ROOT.rglob("*") if p.is_file() and p.suffix in (
+        ".py", ".md", ".smk", ".yaml", ".rst", ".toml", ".cfg") and ".venv" not in p.parts
+        and "results" not in p.parts and p.name != Path(__file__).name]
+    for path in tracked + [ROOT / "Snakefile", ROOT / "Makefile"]:
+        text = path.read_text(errors="ignore")
+        assert "../shared" not in text and "DESIGN.md" not in text, path
