@@ -1,6 +1,7 @@
 """Dry-run wall time of a 10,000-cell grid beside a bare peer (target: RACE / peer <= 1.2).
 
     python bench/dag_scale.py [SEEDS]    # SEEDS=1,2,4 give the 1,000/2,000/4,000-cell scaling
+    python bench/dag_scale.py 3 --ablations   # where RACE's extra time per job goes
 
 Grid: 10 sizes x 10 rewards x 10 allocations x SEEDS seeds (default 10: 10,000 cells) over 3
 rungs, built from the default config in a temporary copy of the workflow (sizes are hub-style
@@ -11,9 +12,15 @@ per-job floor. Both are timed as ``snakemake -n`` (every job listed) and ``snake
 (the
 job-count table only, what one reads on a grid this size), in one run. Prints, never asserts:
 these machines are shared and noisy.
+
+``--ablations`` times ``-n --quiet rules`` of variants of the RACE workflow, each without one
+feature the peer lacks (log and benchmark files of the per-cell rules, their resources, the job
+JSON in their params, the RACE pilot and checkpoint, the MLflow jobs), best of two, beside the
+peer: what each feature costs per job.
 """
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +70,51 @@ def race_workdir(wd: Path, seeds: int) -> None:
     (wd / "config.yaml").write_text(yaml.safe_dump(config))
 
 
+def _without(*edits: tuple[str, str]):
+    """A text edit of the per-cell rules (train.smk, evaluate.smk): each pattern replaced."""
+    def edit(text: str) -> str:
+        for pattern, instead in edits:
+            text = re.sub(pattern, instead, text)
+        return text
+
+    return edit
+
+
+#: Variants of the workflow for --ablations: (edit of the per-cell rules, config changes).
+ABLATIONS = {
+    "as is": (None, {}),
+    "no log/benchmark files": (_without((r"\n    (log|benchmark):\n        \"[^\n]*\",?", "")),
+                               {}),
+    "no resources/threads": (_without((r"\n    threads: [^\n]*", ""),
+                                      (r"\n    resources:\n(?:        [^\n]*\n)+", "\n")), {}),
+    "no job JSON in params": (_without((r"job=lambda[^\n]*", 'job="{}",')), {}),
+    "no RACE pilot/checkpoint": (None, {"race": {"enabled": False}}),
+    "no MLflow jobs": (None, {"mlflow": {"enabled": False}}),
+}
+
+
+def ablations(seeds: int, peer_dir: Path) -> None:
+    args = ["-n", "--quiet", "rules"]
+    peer = min(dry_run(peer_dir, [*args, "--config", f"cells={1000 * seeds}"])[0]
+               for _ in range(2))
+    print(f"  peer {peer:.1f} s")
+    for name, (edit, changes) in ABLATIONS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            wd = Path(tmp)
+            race_workdir(wd, seeds)
+            for rule in ("train.smk", "evaluate.smk"):
+                path = wd / "workflow" / "rules" / rule
+                path.write_text(edit(path.read_text()) if edit else path.read_text())
+            config = yaml.safe_load((wd / "config.yaml").read_text())
+            for section, values in changes.items():
+                config[section].update(values)
+            (wd / "config.yaml").write_text(yaml.safe_dump(config))
+            runs = [dry_run(wd, args) for _ in range(2)]
+            wall = min(r[0] for r in runs)
+            print(f"  {name:26s} {wall:6.1f} s ({runs[0][1]} jobs) [{runs[0][2]}]  "
+                  f"RACE / peer {wall / peer:.2f}")
+
+
 def dry_run(wd: Path, args: list[str]) -> tuple[float, int, str]:
     """(wall s, planned jobs, status) of one ``snakemake`` dry run in ``wd``."""
     t0 = time.perf_counter()
@@ -77,13 +129,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("seeds", nargs="?", type=int, default=10,
                         help="seeds per grid point; cells = 1000 x seeds (default 10)")
-    seeds = parser.parse_args().seeds
+    parser.add_argument("--ablations", action="store_true",
+                        help="time variants without one feature each (see the docstring)")
+    options = parser.parse_args()
+    seeds = options.seeds
     if seeds < 1:
         parser.error(f"seeds must be >= 1, got {seeds}")
     cells = 1000 * seeds
     with tempfile.TemporaryDirectory() as race_dir, tempfile.TemporaryDirectory() as peer_dir:
         race_workdir(Path(race_dir), seeds)
         (Path(peer_dir) / "Snakefile").write_text(PEER_SNAKEFILE)
+        if options.ablations:
+            print(f"dag_scale --ablations: {cells} cells x {len(RUNGS)} rungs")
+            ablations(seeds, Path(peer_dir))
+            return
         print(f"dag_scale: {cells} cells x {len(RUNGS)} rungs (target: RACE / peer <= 1.2)")
         for mode, args in MODES.items():
             wall, jobs, status = dry_run(Path(race_dir), args)

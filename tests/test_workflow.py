@@ -9,11 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from warm_helper import Warm
 
 from race.study.cells import format_budget
 from race.study.dry_run import job_counts
-from race.warm.client import PRELOAD
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,10 +24,9 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def snakemake(cwd: Path, *args: str, check: bool = True,
-              env: dict | None = None) -> subprocess.CompletedProcess:
+def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd,
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(proc.stdout[-3000:] + proc.stderr[-3000:])
     return proc
@@ -95,23 +92,11 @@ def test_duplicate_names_are_rejected(tmp_path):
         read_yaml(path)
 
 
-@pytest.fixture
-def warm_server():
-    """The smoke study's warm-start server, private to the test and stopped after it."""
-    server = Warm(preload=",".join(PRELOAD), entry=None)
-    yield server
-    server.stop()
-
-
 @pytest.mark.slow
-def test_smoke_study_end_to_end(tmp_path, warm_server):
+def test_smoke_study_end_to_end(tmp_path):
     wd = workdir(tmp_path)
-    snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml", env=warm_server.env)
+    snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
     config = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
-    assert config["warm_start"]
-    # Every model job (train, evaluate, base, prm: their logs are under these) forked warm.
-    model_jobs = sum(len(list((wd / "logs" / d).rglob("*.log"))) for d in ("runs", "base", "prm"))
-    assert model_jobs > 0 and warm_server.jobs_logged() == model_jobs
     runs = pd.read_csv(wd / "results" / "runs.csv")
     trained = runs[runs["stage"] != "base"]
     n_grid = len(config["sizes"]) * len(config["rewards"]) * len(config["allocations"])
@@ -150,7 +135,7 @@ def test_smoke_study_end_to_end(tmp_path, warm_server):
                                 "configs/smoke.yaml").stdout)
     assert plan == {"evaluate": 1, "aggregate_pilot": 1, "select": 1, "aggregate": 1,
                     "mlflow_log": 1, "report": 1, "all": 1}, plan
-    snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml", env=warm_server.env)
+    snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
     assert target.exists()
     assert mlflow_eval_points(db) == evals  # the re-evaluation logged nothing twice
     # A second run has nothing to do.

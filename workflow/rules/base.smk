@@ -11,7 +11,7 @@ rule base:
     output:
         pre=in_results("base/size~{size}/pre.json"),
     params:
-        race=RACE_MODEL,
+        race=RACE,
         job=lambda w: J.to_json(J.pretrain_job(STUDY, w.size)),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",

@@ -14,9 +14,6 @@ STUDY = S.check_config(config)
 R = str(C.results(STUDY))
 # The package's CLI through this interpreter: works without activating the virtualenv.
 RACE = f"{sys.executable} -m race.cli"
-# The model stages (train, evaluate, base, prm) through the warm-start client when the study
-# asks for it: the same command, forked from a server that imported the model stack once.
-RACE_MODEL = f"{sys.executable} -m race.warm.client" if STUDY["warm_start"] else RACE
 # The content-derived path of one cell (docs/design.md): run folder, MLflow run name, run_key.
 CELL = "size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
 GRID = C.grid_cells(STUDY)

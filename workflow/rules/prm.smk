@@ -11,7 +11,7 @@ rule prm:
     output:
         prm=in_results("prm/size~{prm}/prm.json"),
     params:
-        race=RACE_MODEL,
+        race=RACE,
         job=lambda w: J.to_json(J.prm_job(STUDY, w.prm)),
     wildcard_constraints:
         prm="|".join(PRMS) or "^$",

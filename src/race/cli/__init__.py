@@ -1,8 +1,8 @@
 """The ``race`` command line: one module per verb, one table.
 
 :data:`COMMANDS` maps each verb to the module that implements it and says whether the verb runs
-torch; the entry point (:func:`main`) and the warm-start preloader read it, and nothing else
-lists the verbs. A verb module parses arguments only and calls its stage:
+torch; the entry point (:func:`main`) reads it, and nothing else lists the verbs. A verb module
+parses arguments only and calls its stage:
 
     HELP                      one line for ``race --help``
     add_arguments(parser)     its flags
@@ -24,7 +24,6 @@ from typing import NamedTuple
 class Command(NamedTuple):
     module: str  # the verb's CLI module
     torch: bool  # the verb runs torch (else its ~2.5 s import is skipped)
-    stage: str | None = None  # the stage module a model verb runs (what warm start preloads)
 
 
 COMMANDS: dict[str, Command] = {
@@ -33,10 +32,10 @@ COMMANDS: dict[str, Command] = {
     "check-config": Command("race.cli.check_config", False),
     "data": Command("race.cli.data", False),
     "tokenizer": Command("race.cli.tokenizer", True),
-    "pretrain": Command("race.cli.pretrain", True, "race.policy.pretrain"),
-    "prm": Command("race.cli.prm", True, "race.feedback.prm_training"),
-    "train": Command("race.cli.train", True, "race.grpo.run"),
-    "evaluate": Command("race.cli.evaluate", True, "race.evaluation.evaluate"),
+    "pretrain": Command("race.cli.pretrain", True),
+    "prm": Command("race.cli.prm", True),
+    "train": Command("race.cli.train", True),
+    "evaluate": Command("race.cli.evaluate", True),
     "aggregate": Command("race.cli.aggregate", False),
     "select": Command("race.cli.select", False),
     "report": Command("race.cli.report", False),
@@ -44,10 +43,6 @@ COMMANDS: dict[str, Command] = {
     "mlflow-log": Command("race.cli.mlflow_log", False),
 }
 
-
-def model_modules() -> list[str]:
-    """The CLI and stage modules of the model verbs (those with a stage)."""
-    return [m for c in COMMANDS.values() if c.stage for m in (c.module, c.stage)]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -4,9 +4,6 @@ its schema migration)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 HELP = "create the MLflow DB, experiment and study run"
 
 
@@ -18,11 +15,8 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from race.study.config import load_config
     from race.study.specs import mlflow_spec
-    from race.tracking.mlflow_runs import ensure_study_run
+    from race.tracking.mlflow_runs import init_store
 
     config = load_config(args.config)
-    experiment_id, run_id = ensure_study_run(mlflow_spec(config), config["study"])
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"experiment_id": experiment_id,
-                                          "study_run_id": run_id}) + "\n")
+    init_store(mlflow_spec(config), config["study"], args.out)
     return 0

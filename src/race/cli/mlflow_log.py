@@ -1,11 +1,9 @@
 """``race mlflow-log``: mirror every run folder of the study (params, per-step metrics,
-evaluations) into MLflow, logging nothing twice."""
+evaluations) into MLflow, logging nothing twice (see race.tracking.mirror)."""
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 HELP = "mirror every run folder of the study into MLflow"
 
@@ -18,16 +16,13 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from race.atomic import write_text_atomic
     from race.study.config import load_config
-    from race.tracking.mirror import mirror_study
+    from race.tracking.mirror import write_mirror
 
-    config = load_config(args.config)
-    if not config["mlflow"]["enabled"]:
-        raise SystemExit("race mlflow-log: mlflow.enabled is false in the config")
-    selected = json.loads(Path(args.selected).read_text())["selected"] if args.selected else []
-    summary = mirror_study(config, selected)
-    write_text_atomic(args.out, json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    try:
+        summary = write_mirror(load_config(args.config), args.selected, args.out)
+    except ValueError as exc:
+        raise SystemExit(f"race mlflow-log: {exc}") from None
     new = sum(r["steps_logged"] for r in summary["runs"].values())
     values = sum(r["eval_values_logged"] for r in summary["runs"].values())
     print(f"race mlflow-log: {len(summary['runs'])} runs, {new} new steps, {values} new eval "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from race.atomic import write_text_atomic
 from race.study import cells as C
 from race.study import jobs, specs
 from race.tracking.eval_metrics import log_eval
@@ -61,6 +62,17 @@ def mirror_run(config: dict, cell: C.Cell, spec) -> dict:
     finally:
         logger.finish(status)
     return {"run_id": logger.run_id, "steps_logged": int(steps), "eval_values_logged": values}
+
+
+def write_mirror(config: dict, selected_path: str | Path | None, out: str | Path) -> dict:
+    """``race mlflow-log``: mirror the study (the grid, and the validation runs of the RACE
+    selection in ``selected_path``) and write the summary to ``out``; returns it."""
+    if not config["mlflow"]["enabled"]:
+        raise ValueError("mlflow.enabled is false in the config")
+    selected = json.loads(Path(selected_path).read_text())["selected"] if selected_path else []
+    summary = mirror_study(config, selected)
+    write_text_atomic(out, json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    return summary
 
 
 def mirror_study(config: dict, selected: list[dict]) -> dict:

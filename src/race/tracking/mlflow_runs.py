@@ -16,6 +16,7 @@ sent once per checkpoint, so logging stays off the training step's critical path
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -55,6 +56,16 @@ def ensure_study_run(spec: MlflowSpec, study: str) -> tuple[str, str]:
     run = client.create_run(experiment_id, run_name=f"study:{study}",
                             tags={"race_role": "study", "study": study})
     return experiment_id, run.info.run_id
+
+
+def init_store(spec: MlflowSpec, study: str, out: str | Path) -> dict:
+    """``race mlflow-init``: the DB, the experiment and the study run, once, and a marker file
+    ``out`` with their ids (what live training jobs wait for)."""
+    experiment_id, run_id = ensure_study_run(spec, study)
+    ids = {"experiment_id": experiment_id, "study_run_id": run_id}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(ids) + "\n")
+    return ids
 
 
 class RunLogger:
