@@ -15,8 +15,9 @@ import tempfile
 
 import torch
 
-from race.policy.pretrain import PretrainSpec, pretrain
+from race.policy.pretrain import pretrain
 from race.study.config import load_config
+from race.study.specs import PretrainSpec
 
 
 def main() -> None:

@@ -25,9 +25,9 @@ from race.evaluation.snapshot import load_snapshot
 from race.grpo.run import run_training
 from race.policy.pretrain import greedy_accuracy
 from race.study.cells import results, rung_dir
-from race.study.config import allocation, load_config
+from race.study.config import load_config
 from race.study.jobs import TrainJob
-from race.study.specs import EvalSpec
+from race.study.specs import EvalSpec, allocation
 
 
 def accuracy(policy: str, adapter: Path | None, records) -> float:

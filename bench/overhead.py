@@ -109,7 +109,7 @@ def race_run(job: TrainJob) -> list[float]:
 
 
 def main() -> None:
-    from race.tracking.mlflow_runs import MlflowSpec
+    from race.study.specs import MlflowSpec
 
     torch.set_num_threads(1)
     skip = 2  # warm-up steps of every run

@@ -359,7 +359,8 @@ def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
     from mlflow.tracking import MlflowClient
 
     from race.cli import main
-    from race.tracking.mlflow_runs import MlflowSpec, RunLogger
+    from race.study.specs import MlflowSpec
+    from race.tracking.mlflow_runs import RunLogger
 
     rung = next((root / "runs").rglob("budget~*"))
     run_dir = rung.parent

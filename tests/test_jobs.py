@@ -55,6 +55,7 @@ def test_one_evaluation_job_per_cell_covers_its_rungs(smoke):
 @pytest.mark.parametrize("verb, key, budget, message", [
     ("train", "size~nano/reward~rule/alloc~nope/seed~0", None, "allocation 'nope'"),
     ("train", "size~nano/reward~rule", None, "missing ['alloc', 'seed']"),
+    ("train", "size~nano/reward~rule/alloc~base/seed~7", None, "seed '7' is neither"),
     ("train", "size~nano/reward~rule/alloc~base/seed~0", 4e9, "--budget applies to evaluate"),
     ("evaluate", "size~nano/reward~rule/alloc~base/seed~0", 5e9, "not an evaluated rung"),
     ("evaluate", "size~nano", 4e9, "a base policy has no budget rungs"),
@@ -66,11 +67,14 @@ def test_bad_cells_name_what_is_wrong(smoke, verb, key, budget, message):
         jobs.job_for_cell(verb, smoke, key, budget)
 
 
-def test_jobs_carry_dtype_and_threads_from_the_config(smoke):
+def test_jobs_carry_dtype_not_threads(smoke):
+    """training.dtype is in the train and eval jobs; threads are the rule's (--threads), so a
+    change of resources.*.threads changes no job and reruns nothing."""
     config = {**smoke, "training": {**smoke["training"], "dtype": "bfloat16"},
               "resources": {**smoke["resources"], "train": {**smoke["resources"]["train"],
                                                             "threads": 4}}}
     cell = C.grid_cells(config)[0]
-    train = jobs.train_job(config, cell)
-    assert (train.dtype, train.threads) == ("bfloat16", 4)
+    assert jobs.train_job(config, cell).dtype == "bfloat16"
     assert jobs.eval_job(config, cell).dtype == "bfloat16"
+    assert jobs.to_json(jobs.train_job(config, cell)) == jobs.to_json(jobs.train_job(
+        {**config, "resources": smoke["resources"]}, cell))

@@ -178,7 +178,7 @@ def test_rules_read_the_resource_names_the_executors_read():
 
 def test_nothing_points_outside_the_repository():
     tracked = [p for p in ROOT.rglob("*") if p.is_file() and p.suffix in (
-        ".py", ".md", ".smk", ".yaml", ".rst", ".toml", ".cfg") and ".venv" not in p.parts
+        ".py", ".md", ".smk", ".yaml", ".rst", ".toml", ".cfg", ".txt") and ".venv" not in p.parts
         and "results" not in p.parts and p.name != Path(__file__).name]
     for path in tracked + [ROOT / "Snakefile", ROOT / "Makefile"]:
         text = path.read_text(errors="ignore")

@@ -296,7 +296,7 @@ def test_ladder_name_resolves_under_results_dir(prm_dir, tmp_path, tokenizer):
     direct = load_prm(str(prm_dir)).score([PROMPT], [GOOD], aggregate="last")
     assert reward(prompts=[PROMPT], completions=[GOOD], answer=["20"],
                   completion_ids=[[1]]) == pytest.approx(direct)
-    with pytest.raises(FileNotFoundError, match="race prm --size micro"):
+    with pytest.raises(FileNotFoundError, match="race prm --config CONFIG --cell size~micro"):
         load_prm("micro", results_dir=str(tmp_path))
 
 

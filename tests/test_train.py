@@ -176,7 +176,7 @@ def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp
 def test_mlflow_one_run_per_cell_and_no_duplicate_steps(tiny_base, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from race.tracking.mlflow_runs import MlflowSpec
+    from race.study.specs import MlflowSpec
 
     spec = MlflowSpec(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
                       artifact_root=str(tmp_path / "artifacts"), experiment="t")

@@ -25,4 +25,4 @@ rule base:
         runtime=res("base", "runtime"),
         gpu=res("base", "gpu"),
     shell:
-        "{params.race} pretrain --job {params.job:q} > {log} 2>&1"
+        "{params.race} pretrain --job {params.job:q} --threads {threads} > {log} 2>&1"

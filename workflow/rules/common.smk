@@ -59,10 +59,14 @@ def base_input(w):
     return [in_results(f"base/size~{size}/pre.json")] if C.is_ladder(size) else []
 
 
-def reward_inputs(w):
-    """The PRM a reward needs, when it is trained here."""
-    prm = STUDY["rewards"][w.reward].get("prm")
+def reward_prm(reward):
+    """The PRM the reward ``reward`` needs, when it is trained here."""
+    prm = STUDY["rewards"][reward].get("prm")
     return [in_results(f"prm/size~{prm}/prm.json")] if prm in PRMS else []
+
+
+def reward_inputs(w):
+    return reward_prm(w.reward)
 
 
 # Inputs that are the same for every job are plain values, not input functions: Snakemake
@@ -70,6 +74,8 @@ def reward_inputs(w):
 # (bench/dag_scale.py).
 EVAL_PRM = J.eval_prm(STUDY)
 EVAL_PRM_INPUT = [in_results(f"prm/size~{EVAL_PRM}/prm.json")] if EVAL_PRM in PRMS else []
+# What a base policy's evaluation waits for: the PRM of the reward its native_reward uses.
+BASE_REWARD_INPUT = reward_prm(J.base_reward(STUDY))
 # What a training job waits for: the MLflow DB, when it logs live.
 MLFLOW_INPUT = [in_results("mlflow/initialized.json")] if specs.mlflow_live(STUDY) else []
 

@@ -29,7 +29,7 @@ rule evaluate:
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
     shell:
-        "{params.race} evaluate --job {params.job:q} > {log} 2>&1"
+        "{params.race} evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"
 
 
 # A validation-only seed is evaluated at the validation budget alone.
@@ -56,6 +56,7 @@ rule evaluate_base:
         base=in_results("base/size~{size}/pre.json"),
         data=rules.data.output.eval_in,
         prm=EVAL_PRM_INPUT,
+        reward=BASE_REWARD_INPUT,
     output:
         evals=in_results("base/size~{size}/eval.json"),
     params:
@@ -73,4 +74,4 @@ rule evaluate_base:
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
     shell:
-        "{params.race} evaluate --job {params.job:q} > {log} 2>&1"
+        "{params.race} evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"

@@ -36,8 +36,7 @@ rule mlflow_log:
         race=RACE,
         # The mirror rebuilds each cell's train and eval jobs (run params, expected evaluations).
         config=S.config_slice(STUDY, "study", "sizes", "rewards", "allocations", "budgets",
-                              "seeds", "race", "eval", "results_dir", "training", "prm", "mlflow",
-                              "resources"),
+                              "seeds", "race", "eval", "results_dir", "training", "prm", "mlflow"),
         selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
     log:
         "logs/mlflow_log.log",

@@ -25,4 +25,4 @@ rule prm:
         runtime=res("prm", "runtime"),
         gpu=res("prm", "gpu"),
     shell:
-        "{params.race} prm --job {params.job:q} > {log} 2>&1"
+        "{params.race} prm --job {params.job:q} --threads {threads} > {log} 2>&1"

@@ -28,7 +28,7 @@ rule train:
         runtime=res("train", "runtime"),
         gpu=res("train", "gpu"),
     shell:
-        "{params.race} train --job {params.job:q} > {log} 2>&1"
+        "{params.race} train --job {params.job:q} --threads {threads} > {log} 2>&1"
 
 
 # Validation runs of the configs the pilot selected, for the seeds the grid does not run;

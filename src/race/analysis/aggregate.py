@@ -61,7 +61,7 @@ def rung_row(config: dict, cell: C.Cell, budget: float, stage: str) -> dict:
            "p_learning": ledger["p_learning"], "max_step_flops": ledger["max_step_model_flops"],
            "wall_s": sum(p["wall_s"] for p in phases.values()),
            "params": base.get("params"), "non_embedding_params": base.get("non_embedding_params")}
-    for p in cols.PHASES:
+    for p in cols.BUDGET_PHASES:
         row[f"flops_{p}"] = phases[p]["model_flops"]
         row[f"exec_flops_{p}"] = phases[p]["executed_flops"]
         row[f"tokens_{p}"] = phases[p]["tokens"]
@@ -87,10 +87,10 @@ def base_rows(config: dict) -> list[dict]:
                        "p_learning": 0.0, "max_step_flops": 0, "wall_s": 0.0,
                        "params": pre["params"],
                        "non_embedding_params": pre["non_embedding_params"]}
-                for p in ("total", *cols.PHASES):
+                for p in ("total", *cols.BUDGET_PHASES):
                     row[f"flops_{p}"] = 0
                     row[f"exec_flops_{p}"] = 0
-                for p in cols.PHASES:
+                for p in cols.BUDGET_PHASES:
                     row[f"tokens_{p}"] = 0
                 row.update(_eval_columns(ev, specs.eval_targets(config)))
                 if not _same_reward(ev, specs.reward_spec(config, reward)):

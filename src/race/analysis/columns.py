@@ -26,16 +26,15 @@ KNOB_COLUMNS = [
     "beta",
 ]
 
-#: The phases charged to a budget (race.flops.ledger), and the evaluation targets in report
-#: order (race.study.specs): each list is defined once, where it belongs.
-PHASES = BUDGET_PHASES
+#: The phases charged to a budget are race.flops.ledger.BUDGET_PHASES and the evaluation
+#: targets race.study.specs.TARGETS: each list is defined once, where it belongs.
 
 #: What the run bought up to this rung.
 LEDGER_COLUMNS = (
     ["steps", "updates", "rollouts", "prompts_seen"]
-    + ["flops_total"] + [f"flops_{p}" for p in PHASES]
-    + ["exec_flops_total"] + [f"exec_flops_{p}" for p in PHASES]
-    + [f"tokens_{p}" for p in PHASES]
+    + ["flops_total"] + [f"flops_{p}" for p in BUDGET_PHASES]
+    + ["exec_flops_total"] + [f"exec_flops_{p}" for p in BUDGET_PHASES]
+    + [f"tokens_{p}" for p in BUDGET_PHASES]
     + ["p_learning", "max_step_flops", "wall_s", "params", "non_embedding_params"]
 )
 

@@ -31,10 +31,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from race.analysis.columns import PHASES, TARGET_LABELS
+from race.analysis.columns import TARGET_LABELS
 from race.analysis.fit import sigmoid
 from race.analysis.frontier import pooled, size_order
 from race.analysis.protocol import Agreement
+from race.flops.ledger import BUDGET_PHASES
 
 FIGURE_NAMES = ["frontier", "compute_breakdown", "same_flop", "regime_map", "race_agreement",
                 "fits"]
@@ -229,8 +230,8 @@ def breakdown_table(runs: pd.DataFrame) -> pd.DataFrame:
                 .transform("max")]
     shares = last[["size", "reward", "alloc"]].copy()
     total = last["flops_total"].where(last["flops_total"] > 0)
-    cols = [f"share_{p}" for p in PHASES]  # "reward" is both a phase and a column name
-    for p, c in zip(PHASES, cols, strict=True):
+    cols = [f"share_{p}" for p in BUDGET_PHASES]  # "reward" is both a phase and a column name
+    for p, c in zip(BUDGET_PHASES, cols, strict=True):
         shares[c] = last[f"flops_{p}"] / total
     return shares.groupby(["size", "reward", "alloc"], sort=True)[cols].mean().reset_index()
 
@@ -249,7 +250,7 @@ def plot_compute_breakdown(data: FigureData) -> Figure:
                 sub = sub.set_index("alloc").reindex(data.allocs).dropna(how="all")
                 x = np.arange(len(sub))
                 bottom = np.zeros(len(sub))
-                for p in PHASES:
+                for p in BUDGET_PHASES:
                     vals = sub[f"share_{p}"].fillna(0).to_numpy()
                     ax.bar(x, vals, bottom=bottom, color=PHASE_COLOURS[p], edgecolor="white",
                            width=0.7, label=p)
@@ -262,7 +263,7 @@ def plot_compute_breakdown(data: FigureData) -> Figure:
                 ax.set_title(f"{size} · {reward} reward")
                 ax.set_xlabel("allocation")
                 ax.set_ylabel("share of model FLOPs")
-        handles = [Patch(color=PHASE_COLOURS[p], label=p) for p in PHASES]
+        handles = [Patch(color=PHASE_COLOURS[p], label=p) for p in BUDGET_PHASES]
         fig.legend(handles=handles, loc="outside right center", title="phase", frameon=False)
         return fig
 

@@ -49,7 +49,6 @@ TIE_ATOL = 1e-9
 #: Which stage's copy of a duplicated row the pooled table keeps (lower wins).
 STAGE_PRIORITY = {"full": 0, "validation": 1, "pilot": 2}
 
-STAGES = ["pilot", "validation", "full"]
 
 CONFIG_KEYS = ["size", "reward", "alloc"]
 CELL_KEYS = CONFIG_KEYS + ["seed"]

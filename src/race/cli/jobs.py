@@ -12,6 +12,8 @@ def add_job_arguments(parser: argparse.ArgumentParser, cell_help: str,
     src.add_argument("--job", help="the job as JSON (what the workflow passes)")
     src.add_argument("--config", help="study config file (with --cell)")
     parser.add_argument("--cell", help=cell_help)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (the workflow passes the job's threads)")
     if budget:
         parser.add_argument("--budget", type=float,
                             help="only this budget rung (FLOPs, e.g. 2e10; default: every "
@@ -20,7 +22,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, cell_help: str,
 
 def load_job(verb: str, args: argparse.Namespace):
     """The typed job of ``race <verb>``: from ``--job``, or built from ``--config --cell``
-    by the workflow's own builder. Sets torch's threads to the job's."""
+    by the workflow's own builder. Sets torch's threads to ``--threads``."""
     from race.study import jobs
     from race.study.cells import ConfigError
 
@@ -38,7 +40,7 @@ def load_job(verb: str, args: argparse.Namespace):
         raise SystemExit(f"race {verb}: {exc}") from None
     import torch
 
-    torch.set_num_threads(job.threads)
+    torch.set_num_threads(max(1, args.threads))
     return job
 
 

@@ -6,10 +6,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
-from race.cli.jobs import add_job_arguments, load_job
+from race.cli.jobs import add_job_arguments, load_job, print_record
 
 HELP = "train one cell with GRPO + LoRA to its FLOP budget"
 
@@ -27,6 +26,5 @@ def run(args) -> int:
     except BudgetError as exc:
         print(f"race train: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps({k: summary[k] for k in ("budget", "steps", "model_flops", "p_learning",
-                                              "updates", "rollouts")}))
-    return 0
+    return print_record(summary, ("budget", "steps", "model_flops", "p_learning", "updates",
+                                  "rollouts"))

@@ -13,21 +13,21 @@ with a 95% interval and its ``n`` = the number of prompts the interval is comput
                    the tied (:func:`race.evaluation.metrics.majority_index`) (Wilson).
 ``prm_bon``        ``bon_n`` completions per prompt (the same prompts) reranked by a PRM: the
                    highest aggregated step score is scored, ties to the earliest sample
-                   (:func:`race.evaluation.metrics.best_index`) (Wilson). Without a PRM the target
-                   is
-                   skipped and the reason recorded -- never a made-up number.
+                   (:func:`race.evaluation.metrics.best_index`) (Wilson). Without a PRM the
+                   target is skipped and the reason recorded -- never a made-up number.
 ``native_reward``  the cell's training reward (a ``rewards:`` entry through
-                   :func:`race.feedback.rewards.build_reward`) on the first ``native_prompts``
-                   eval-in
-                   prompts, ``native_samples`` completions each at the training temperature:
+                   :func:`race.feedback.rewards.build_reward`) on the first
+                   ``native_prompts`` eval-in prompts, ``native_samples`` completions each at
+                   the training temperature:
                    the mean reward, with a cluster-bootstrap interval over prompts.
 
 FLOPs. Every number is charged to the ``eval`` phase and kept apart from the training budget.
-Per target: ``model`` (real tokens, causal attention: the budget convention of race.flops.analytic),
-``executed`` (what the kernels ran: left-padded prompts, full attention blocks, every row of a
-batch decoding until its longest row stops) and ``tokens`` (completion tokens generated plus
-tokens a scorer read). Generation is charged from the shapes race.policy.generation returns; PRM and
-reward-model scoring from the scorer's ``consume()``; the rule verifier costs 0.
+Per target: ``model`` (real tokens, causal attention: the budget convention of
+race.flops.analytic), ``executed`` (what the kernels ran: left-padded prompts, full attention
+blocks, every row of a batch decoding until its longest row stops) and ``tokens`` (completion
+tokens generated plus tokens a scorer read). Generation is charged from the shapes
+race.policy.generation returns; PRM and reward-model scoring from the scorer's ``consume()``;
+the rule verifier costs 0.
 
 * A merged adapter (``merge_adapter: true``, the default: what a deployment does) costs
   nothing extra, so no LoRA FLOPs are charged; unmerged, every forward is charged the adapter's
@@ -83,9 +83,8 @@ def _load_split(data_dir: str | Path, name: str) -> list[Record]:
 
 
 def _resolve_prm(prm, spec: EvalSpec, results_dir: str | Path):
-    """(scorer or None, description). A string is loaded with race.feedback.models.load_prm
-    (imported
-    here: race.feedback.models is only needed when a PRM is used)."""
+    """(scorer or None, description). A string is loaded with race.feedback.loading.load_prm
+    (imported here: the feedback models are only needed when a PRM is used)."""
     prm = spec.prm if prm is None else prm
     if prm is None or "prm_bon" not in spec.targets:
         return None, None
@@ -114,9 +113,9 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
     ``eval.json`` payload.
 
     ``reward``: a ``rewards:`` entry (dict, built with race.feedback.rewards.build_reward) or a
-    reward
-    object; ``prm``: a PRM ladder name (``results_dir/prm/size~NAME``), a path or hub id (loaded
-    with race.feedback.models.load_prm), or a scorer object; ``None`` falls back to ``spec.prm``.
+    reward object; ``prm``: a PRM ladder name (``results_dir/prm/size~NAME``), a path or hub id
+    (loaded with race.feedback.loading.load_prm), or a scorer object; ``None`` falls back to
+    ``spec.prm``. ``dtype``: the weights' dtype (``training.dtype``).
     """
     t0 = time.perf_counter()
     spec = spec or EvalSpec()

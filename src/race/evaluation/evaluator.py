@@ -330,10 +330,10 @@ class Evaluator:
             results.update(self._sampled_targets())
         if "prm_bon" in s.targets and "prm_bon" not in results:  # no PRM
             results["prm_bon"] = TargetResult.skip(
-                "no PRM given (race evaluate --prm, or eval.prm)")
+                "no PRM given (EvalJob.prm, or eval.prm)")
         if "native_reward" in s.targets and "native_reward" not in results:
             results["native_reward"] = self.native_reward() if self.reward is not None else (
-                TargetResult.skip("no training reward given (race evaluate --reward-json)"))
+                TargetResult.skip("no training reward given (EvalJob.reward)"))
         return {t: results[t] for t in s.targets}
 
 

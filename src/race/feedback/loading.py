@@ -26,8 +26,9 @@ def resolve_model_dir(spec: str | Path, results_dir: str | Path = "results") -> 
     if text in LADDER_DIALS:
         path = Path(results_dir) / "prm" / f"size~{text}"
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"PRM {text!r}: {path} holds no trained PRM; train it with "
-                                    f"`race prm --size {text} ...` (the workflow's prm rule)")
+            raise FileNotFoundError(
+                f"PRM {text!r}: {path} holds no trained PRM; train it with "
+                f"`race prm --config CONFIG --cell size~{text}` (the workflow's prm rule)")
         return path
     path = Path(text)
     if path.is_dir():

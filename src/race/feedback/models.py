@@ -1,8 +1,9 @@
 """Learned feedback models (PRMs, an ORM option): the shared scoring loop and its FLOP ledger.
 
-Three kinds of feedback model load through :func:`load_feedback_model`, and all answer
-``step_scores(prompts, completions) -> list[list[float]]``, ``score(..., aggregate)``,
-``consume() -> PhaseFlops`` and ``bound(rows, max_prompt_len, max_completion_len)``:
+Three kinds of feedback model load through :func:`race.feedback.loading.load_feedback_model`,
+and all answer ``step_scores(prompts, completions) -> list[list[float]]``,
+``score(..., aggregate)``, ``consume() -> PhaseFlops`` and
+``bound(rows, max_prompt_len, max_completion_len)``:
 
 ``TokenClassifierPRM``  ours (``race prm``): a ``Qwen2ForTokenClassification`` with 2 labels.
     Text = prompt + each completion line closed by ``"\\n"``
@@ -12,19 +13,20 @@ Three kinds of feedback model load through :func:`load_feedback_model`, and all 
 ``QwenMathPRM``  the Qwen2.5-Math-PRM convention: transformers' ``Qwen2Model`` + ``score =
     Linear(h, h) -> ReLU -> Linear(h, 2)``; each step is closed by the token ``<extra_0>``
     instead of a newline; score = softmax probability of label 1 at each ``<extra_0>``. The
-    official repository needs remote code, which RACE never runs: :class:`QwenMathPRMModule`
-    rebuilds it and loads the checkpoint's safetensors (``model.*``, ``score.0.*``,
-    ``score.2.*``; an ``lm_head.*`` is ignored). With a tokenizer that has a chat template
-    the text is the model card's conversation (system prompt, the prompt as the user turn,
-    the steps as the assistant turn); ``chat_template: false`` turns that off.
+    official repository needs remote code, which RACE never runs:
+    :class:`race.feedback.qwen_math.QwenMathPRMModule` rebuilds it and loads the checkpoint's
+    safetensors (``model.*``, ``score.0.*``, ``score.2.*``; an ``lm_head.*`` is ignored). With
+    a tokenizer that has a chat template the text is the model card's conversation (system
+    prompt, the prompt as the user turn, the steps as the assistant turn);
+    ``chat_template: false`` turns that off.
 ``OutcomeRewardModel``  an ORM: ``Qwen2ForSequenceClassification`` over prompt + completion
     (raw text); score = sigmoid of the logit with 1 label, softmax probability of label 1
     with 2 labels. Its ``step_scores`` is one "step" per completion, so every aggregate is
     that score.
 
-Scores are probabilities in [0, 1]. Aggregation (:func:`race.feedback.scores.aggregate`): ``min``
-(the weakest
-step), ``last`` (the last line: the answer line of a well-formed completion), ``product``.
+Scores are probabilities in [0, 1]. Aggregation (:func:`race.feedback.scores.aggregate`):
+``min`` (the weakest step), ``last`` (the last line: the answer line of a well-formed
+completion), ``product``.
 
 Defined scores and errors (bad input):
 

@@ -108,7 +108,8 @@ def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | Non
 
     Keys: ``prm`` / ``orm`` (ladder name, directory or hub id), ``aggregate`` (min),
     ``weight`` (rule+prm, 0.5), ``verifier`` (rule+prm: task | math), and the model options
-    :data:`MODEL_OPTIONS`. ``tokenizer`` is the policy's (vocabulary probe and ``bound``).
+    :data:`race.feedback.loading.MODEL_OPTIONS`. ``tokenizer`` is the policy's (vocabulary probe
+    and ``bound``).
     """
     kind = spec.get("type")
     if kind not in ("prm", "rule+prm", "orm"):

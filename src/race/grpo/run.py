@@ -307,7 +307,7 @@ def run_training(job: TrainJob) -> dict:
     max_steps = int(job.budget // max(1, run.meter.learning(
         BatchShapes.worst_case(job.alloc.rows, 1, 1), False).model)) + 1
     lora = LoraConfig(r=job.alloc.lora_rank,
-                      lora_alpha=job.alloc.lora_alpha or 2 * job.alloc.lora_rank,
+                      lora_alpha=job.alloc.alpha,
                       target_modules=list(job.alloc.lora_targets), lora_dropout=0.0,
                       bias="none", task_type="CAUSAL_LM")
     trainer_cls = metered_trainer_class()

@@ -86,6 +86,10 @@ def parse_cell(key: str, config: dict) -> Cell:
         raise ConfigError(f"cell {key!r}: reward {parts['reward']!r} is not in rewards")
     if parts["alloc"] not in config["allocations"]:
         raise ConfigError(f"cell {key!r}: allocation {parts['alloc']!r} is not in allocations")
+    seeds = [*config["seeds"], *config["race"]["validation_seeds"]]
+    if not parts["seed"].isdigit() or int(parts["seed"]) not in seeds:
+        raise ConfigError(f"cell {key!r}: seed {parts['seed']!r} is neither in seeds nor in "
+                          f"race.validation_seeds ({sorted(set(seeds))})")
     return Cell(sizes[parts["size"]], parts["reward"], parts["alloc"], int(parts["seed"]))
 
 

@@ -123,7 +123,7 @@ def _max_prompt_tokens(task: dict) -> int | None:
             + 3)
 
 
-def _arch(config: dict, spec: str):
+def _arch(spec: str):
     """Architecture of a size spec for the budget check, or None when not resolvable offline."""
     from race.flops import analytic as flops
 
@@ -148,7 +148,7 @@ def smallest_step_check(config: dict) -> None:
         return  # prompt lengths are known only once the data is built; race train checks
     first = float(config["budgets"][0])
     for size in config["sizes"]:
-        arch = _arch(config, size)
+        arch = _arch(size)
         if arch is None:
             continue
         for alloc_name in config["allocations"]:
@@ -160,7 +160,7 @@ def smallest_step_check(config: dict) -> None:
             for reward_name, reward in config["rewards"].items():
                 reward_bound = 0
                 model = reward.get("prm") or reward.get("orm")
-                prm_arch = _arch(config, model) if model else None
+                prm_arch = _arch(model) if model else None
                 if prm_arch is not None:
                     reward_bound = alloc.rows * flops.reward_model_flops(
                         prm_arch, max_prompt + 2 * alloc.max_completion_length)

@@ -1,5 +1,4 @@
-"""Reading a Snakemake dry run: the jobs it would run, per rule (used by the workflow tests and
-``bench/job_floor.py``)."""
+"""Reading a Snakemake dry run: the jobs it would run, per rule (used by the workflow tests)."""
 
 from __future__ import annotations
 

@@ -17,9 +17,10 @@ The Snakemake rules call these builders and hand the JSON to the verb; a human r
 with :func:`to_json` / :func:`from_json`); building one imports no model code, so the
 Snakemake process stays light.
 
-Every job carries ``dtype`` (``training.dtype``: the dtype the policy is loaded and computed
-in) and ``threads`` (``resources.<rule>.threads``: torch's intra-op threads), the two settings
-that decide how a model job uses its machine.
+Train and evaluate jobs carry ``dtype`` (``training.dtype``: the dtype the policy is loaded
+and computed in; base-policy and PRM training stay float32). Threads are not part of a job:
+the rule passes the threads Snakemake gave it (``resources.<rule>.threads``, capped by
+``--cores``) as ``--threads``, so changing them reruns nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 
 from race.study import cells as C
+from race.study.schema import default
 from race.study.specs import (
     Allocation,
     EvalSpec,
@@ -41,9 +43,8 @@ from race.study.specs import (
 )
 
 
-def rule_threads(config: dict, rule: str) -> int:
-    """``resources.<rule>.threads`` (the schema's default when the config names none)."""
-    return int(config["resources"][rule]["threads"])
+def _training(key: str):
+    return field(default=default("training", key))
 
 
 @dataclass
@@ -60,12 +61,11 @@ class TrainJob:
     run_key: str = ""
     study: str = "race"
     mlflow: MlflowSpec | None = None  # live logging from the training job; None: files only
-    save_every: int = 10
-    attn_implementation: str = "sdpa"
-    gradient_checkpointing: bool = False
-    dtype: str = "float32"
-    threads: int = 1
-    results_dir: str = "results"
+    save_every: int = _training("save_every")
+    attn_implementation: str = _training("attn_implementation")
+    gradient_checkpointing: bool = _training("gradient_checkpointing")
+    dtype: str = _training("dtype")
+    results_dir: str = default("results_dir")
     tags: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -108,10 +108,11 @@ class EvalJob:
     spec: EvalSpec = field(default_factory=EvalSpec)
     reward: dict | None = None  # the cell's rewards: entry (native_reward)
     prm: str | None = None  # PRM of prm_bon (directory or hub id); None: spec.prm
-    results_dir: str = "results"
-    dtype: str = "float32"
-    threads: int = 1
-    mlflow: MlflowSpec | None = None  # live: eval/<target> to the run's MLflow run
+    results_dir: str = default("results_dir")
+    dtype: str = _training("dtype")
+    # Set by hand to log eval/<target> to a run's MLflow run as each snapshot is evaluated;
+    # the workflow leaves it None (its mlflow_log job adds every evaluation).
+    mlflow: MlflowSpec | None = None
     run_dir: str | None = None  # the cell's run folder (its mlflow_run_id)
     study: str = "race"
 
@@ -125,7 +126,6 @@ class PretrainJob:
     tokenizer_dir: str
     out_dir: str
     spec: PretrainSpec = field(default_factory=PretrainSpec)
-    threads: int = 1
 
 
 @dataclass
@@ -137,7 +137,6 @@ class PrmJob:
     data_dir: str
     out_dir: str
     spec: PRMSpec = field(default_factory=PRMSpec)
-    threads: int = 1
 
 
 JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": PrmJob}
@@ -165,7 +164,6 @@ def train_job(config: dict, cell: C.Cell) -> TrainJob:
         attn_implementation=t["attn_implementation"],
         gradient_checkpointing=t["gradient_checkpointing"],
         dtype=t["dtype"],
-        threads=rule_threads(config, "train"),
         results_dir=str(C.results(config)),
         tags={"size": cell.size, "reward": cell.reward, "alloc": cell.alloc,
               "seed": str(cell.seed)},
@@ -181,7 +179,6 @@ def eval_prm(config: dict) -> str | None:
 def _eval_job(config: dict, policy: str, snapshots: list[Snapshot], reward: str,
               temperature: float, run_dir: str | None) -> EvalJob:
     prm = eval_prm(config)
-    live = mlflow_live(config) and run_dir is not None
     return EvalJob(
         policy=policy,
         data_dir=str(C.results(config) / "data"),
@@ -192,8 +189,6 @@ def _eval_job(config: dict, policy: str, snapshots: list[Snapshot], reward: str,
         prm=C.prm_dir(config, prm) if prm else None,
         results_dir=str(C.results(config)),
         dtype=config["training"]["dtype"],
-        threads=rule_threads(config, "evaluate"),
-        mlflow=mlflow_spec(config) if live else None,
         run_dir=run_dir,
         study=config["study"],
     )
@@ -215,12 +210,18 @@ def eval_job(config: dict, cell: C.Cell, budget: float | None = None) -> EvalJob
                      allocation(config, cell.alloc).temperature, str(run))
 
 
+def base_reward(config: dict) -> str:
+    """The reward a base policy's native_reward is measured under: the first reward system
+    (the other systems' base rows leave it empty rather than show another reward's number)."""
+    return next(iter(config["rewards"]))
+
+
 def base_eval_job(config: dict, size: str) -> EvalJob:
-    """A ladder base policy: the budget-0 point of its curves. Its native reward is measured
-    under the first reward system at the shared training temperature."""
+    """A ladder base policy: the budget-0 point of its curves, its native reward under
+    :func:`base_reward` at the shared training temperature."""
     base = C.base_dir(config, size)
-    return _eval_job(config, base, [Snapshot(None, f"{base}/eval.json")],
-                     next(iter(config["rewards"])), config["training"]["temperature"], None)
+    return _eval_job(config, base, [Snapshot(None, f"{base}/eval.json")], base_reward(config),
+                     config["training"]["temperature"], None)
 
 
 def pretrain_job(config: dict, size: str) -> PretrainJob:
@@ -228,18 +229,17 @@ def pretrain_job(config: dict, size: str) -> PretrainJob:
     return PretrainJob(size=size, data_dir=str(results / "data"),
                        tokenizer_dir=str(results / "tokenizer"),
                        out_dir=C.base_dir(config, size),
-                       spec=PretrainSpec.from_config(config["pretrain"]),
-                       threads=rule_threads(config, "base"))
+                       spec=PretrainSpec.from_config(config["pretrain"]))
 
 
 def prm_job(config: dict, size: str) -> PrmJob:
     ladder = [s for s in config["sizes"] if C.is_ladder(s)]
     return PrmJob(size=size, policies=[C.base_dir(config, s) for s in ladder],
                   data_dir=str(C.results(config) / "data"), out_dir=C.prm_dir(config, size),
-                  spec=PRMSpec.from_config(config["prm"]), threads=rule_threads(config, "prm"))
+                  spec=PRMSpec.from_config(config["prm"]))
 
 
-def _ladder_size(config: dict, key: str, sizes: list[str], what: str) -> str:
+def _ladder_size(key: str, sizes: list[str], what: str) -> str:
     parts = C.parse_key(key)
     size = parts.get("size")
     if set(parts) != {"size"} or size not in sizes or not C.is_ladder(size):
@@ -255,13 +255,13 @@ def job_for_cell(verb: str, config: dict, key: str, budget: float | None = None)
     if budget is not None and verb != "evaluate":
         raise C.ConfigError(f"--budget applies to evaluate only, not {verb}")
     if verb == "pretrain":
-        return pretrain_job(config, _ladder_size(config, key, config["sizes"], "size"))
+        return pretrain_job(config, _ladder_size(key, config["sizes"], "size"))
     if verb == "prm":
-        return prm_job(config, _ladder_size(config, key, config["prm"]["sizes"], "PRM size"))
+        return prm_job(config, _ladder_size(key, config["prm"]["sizes"], "PRM size"))
     if verb == "evaluate" and "/" not in key.strip("/"):
         if budget is not None:
             raise C.ConfigError("--budget: a base policy has no budget rungs")
-        return base_eval_job(config, _ladder_size(config, key, config["sizes"], "size"))
+        return base_eval_job(config, _ladder_size(key, config["sizes"], "size"))
     cell = C.parse_cell(key, config)
     return train_job(config, cell) if verb == "train" else eval_job(config, cell, budget)
 

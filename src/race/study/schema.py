@@ -30,10 +30,11 @@ def properties(section: str) -> dict[str, dict]:
     return node["properties"]
 
 
-def default(section: str, key: str) -> Any:
-    """The schema's default of ``section.key`` (a KeyError names a key that has none)."""
-    prop = properties(section)[key]
+def default(section: str, key: str | None = None) -> Any:
+    """The schema's default of ``section.key``, or of the top-level key ``section`` (a KeyError
+    names a key that has none)."""
+    prop = schema()["properties"][section] if key is None else properties(section)[key]
     if "default" not in prop:
-        raise KeyError(f"{section}.{key} has no default in {SCHEMA.name}")
+        raise KeyError(f"{section}{'.' + key if key else ''} has no default in {SCHEMA.name}")
     value = prop["default"]
     return tuple(value) if isinstance(value, list) else value

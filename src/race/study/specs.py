@@ -21,8 +21,6 @@ from race.study.schema import default
 #: Evaluation targets, in report order (``eval.targets`` names a subset; null means all).
 TARGETS: tuple[str, ...] = ("in_pass1", "ood_pass1", "maj_k", "prm_bon", "native_reward")
 PRM_AGGREGATES = ("min", "last", "product")
-#: Weight dtypes a model job can load (``training.dtype``).
-DTYPES = ("float32", "bfloat16")
 
 
 def _from_section(cls, section: dict | None, name: str):

@@ -49,8 +49,8 @@ def log_to_mlflow(payload: dict, run_dir: str | Path, mlflow_spec, study: str = 
 
 def log_eval(logger, payload: dict) -> int:
     """Queue :func:`eval_metrics` of ``payload`` on ``logger`` (a
-    race.tracking.mlflow_runs.RunLogger) at
-    the rung's training step, skipping values MLflow already holds; returns how many."""
+    race.tracking.mlflow_runs.RunLogger) at the rung's training step, skipping values MLflow
+    already holds; returns how many."""
     return logger.log_new_values(_eval_step(payload), eval_metrics(payload))
 
 

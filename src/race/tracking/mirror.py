@@ -6,9 +6,8 @@ cell (grid and validation runs), the run's params and tags, every per-step metri
 rung's training step), then marks the run FINISHED. It also creates the study's parent run.
 
 Idempotent through :class:`race.tracking.mlflow_runs.RunLogger`: a run is found again by its id
-file or its
-``run_key`` tag (never duplicated), a training step already in MLflow is skipped, an evaluation
-value already there is skipped. So it serves both modes of ``mlflow.live``:
+file or its ``run_key`` tag (never duplicated), a training step already in MLflow is skipped,
+an evaluation value already there is skipped. So it serves both modes of ``mlflow.live``:
 
 * ``live: true`` -- training jobs logged their steps as they ran; this job adds the
   evaluations (and any step a job could not log).
