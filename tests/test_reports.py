@@ -25,17 +25,21 @@ sys.path.insert(0, str(Path(__file__).parent))
 from synthetic_runs import make_runs, make_study, wilson  # noqa: E402
 
 from race.analysis import figures  # noqa: E402
+from race.analysis.columns import TARGET_LABELS  # noqa: E402
 from race.analysis.fit import INSUFFICIENT, fit_sigmoid, fit_table, sigmoid  # noqa: E402
 from race.analysis.frontier import (  # noqa: E402
+    DECIDED_Z,
     Z95,
     frontier_table,
+    is_decided,
     missing_cells,
     normalise_runs,
     regime_table,
     seed_summary,
 )
 from race.analysis.protocol import agreement, rank_pilot, select  # noqa: E402
-from race.analysis.report import analyse, nested_savings  # noqa: E402
+from race.analysis.regime_cells import UNDECIDED_LABEL, regime_cell  # noqa: E402
+from race.analysis.report import analyse, nested_savings, render  # noqa: E402
 
 T = "in_pass1"
 
@@ -84,6 +88,9 @@ def test_frontier_known_winner():
     lo, hi = wilson(0.60 * 400, 400)
     assert (f.loc[4e11, "acc_lo"], f.loc[4e11, "acc_hi"]) == pytest.approx((lo, hi))
     assert f.loc[4e11, "gap_z"] > 2 and not f.loc[4e11, "overlap"]
+    # 0.35 vs 0.30 on 400 samples each is z ~ 1.5: a leader, not a decided winner.
+    assert f["decided"].tolist() == [False, True]
+    assert f.loc[1e11, "gap_z"] == pytest.approx(0.05 / math.hypot(_se(0.35), _se(0.30)))
 
 
 def test_regime_known_winner():
@@ -115,6 +122,57 @@ def test_ties_are_reported_not_broken():
     r = regime_table(df).set_index(["budget", "size"])
     assert r.loc[(1e11, "nano"), "best_alloc"] == "base|search"
     assert r.loc[(1e11, "nano"), "tie"] and not r.loc[(1e11, "micro"), "tie"]
+    # A tie is never decided, however far the tied pair is ahead of the next candidate.
+    assert f.loc[1e11, "gap_z"] > DECIDED_Z and not f.loc[1e11, "decided"]
+    assert not r.loc[(1e11, "nano"), "decided"]
+
+
+def _se(a: float, n: int = 400) -> float:
+    """Binomial standard error implied by the synthetic rows' Wilson interval."""
+    lo, hi = wilson(a * n, n)
+    return (hi - lo) / (2 * Z95)
+
+
+#: One clear and one noisy cell per budget, and a size with a single allocation (lone candidate).
+NOISY = {
+    ("nano", "base", 1e11): 0.30, ("nano", "search", 1e11): 0.60,  # clear: z ~ 9
+    ("micro", "base", 1e11): 0.40, ("micro", "search", 1e11): 0.42,  # noisy: z ~ 0.6
+    ("mini", "base", 1e11): 0.40,  # alone
+    ("nano", "base", 4e11): 0.55, ("nano", "search", 4e11): 0.56,  # noisy: z ~ 0.3
+    ("micro", "base", 4e11): 0.54, ("micro", "search", 4e11): 0.30,  # clear: z ~ 7
+    ("mini", "base", 4e11): 0.20,  # alone
+}
+NOISY_DECIDED = {(1e11, "nano"): True, (1e11, "micro"): False, (1e11, "mini"): False,
+                 (4e11, "nano"): False, (4e11, "micro"): True, (4e11, "mini"): False}
+
+
+def test_decided_rule():
+    assert DECIDED_Z == 2.0
+    assert is_decided(2.0) and is_decided(7.1)
+    assert not is_decided(1.99) and not is_decided(math.nan) and not is_decided(pd.NA)
+    assert not is_decided(None) and not is_decided(9.0, tie=True)
+
+
+def test_regime_and_frontier_decided_clear_vs_noisy():
+    df = table(NOISY)
+    r = regime_table(df).set_index(["budget", "size"])
+    assert r["decided"].dtype == bool
+    assert r["decided"].to_dict() == NOISY_DECIDED
+    assert r.loc[(1e11, "micro"), "gap_z"] == pytest.approx(
+        0.02 / math.hypot(_se(0.42), _se(0.40)))
+    assert r.loc[(1e11, "micro"), "gap_z"] < 1 and r.loc[(1e11, "micro"), "overlap"]
+    assert r.loc[(4e11, "micro"), "gap_z"] == pytest.approx(
+        0.24 / math.hypot(_se(0.54), _se(0.30)))
+    # A lone candidate has nothing to be compared against: no z, not decided.
+    lone = r.loc[(4e11, "mini")]
+    assert lone["n_candidates"] == 1 and lone["runner_up"] == "" and math.isnan(lone["gap_z"])
+    f = frontier_table(df).set_index("budget")
+    assert f["decided"].dtype == bool
+    assert (f.loc[1e11, "best"], f.loc[1e11, "runner_up"]) == ("nano/search", "micro/search")
+    assert f.loc[1e11, "gap_z"] == pytest.approx(0.18 / math.hypot(_se(0.60), _se(0.42)))
+    assert f.loc[1e11, "decided"]
+    assert (f.loc[4e11, "best"], f.loc[4e11, "runner_up"]) == ("nano/search", "nano/base")
+    assert f.loc[4e11, "gap_z"] < 1 and not f.loc[4e11, "decided"]
 
 
 def test_missing_cells_are_reported():
@@ -296,9 +354,75 @@ def test_figure_panels(report, name, shape):
         assert ax.get_xlabel() and ax.get_ylabel()
     if name in ("frontier", "fits"):
         assert all(ax.get_xscale() == "log" for ax in fig.axes)
-        assert "prm reward · eval-in pass@1" in titles
+        assert f"prm reward · {TARGET_LABELS['in_pass1']}" in titles
     if name == "same_flop":
         assert all(ax.get_yscale() == "log" for ax in fig.axes)
+
+
+def _noisy_report():
+    rep = analyse(table(NOISY), study="noisy")
+    rep.figures = {n: [f"figures/{n}.png", f"figures/{n}.svg"] for n in figures.FIGURE_NAMES}
+    return rep
+
+
+def test_regime_map_draws_undecided_cells_grey():
+    rep = _noisy_report()
+    data = rep.figure_data()
+    allocs = data.allocs
+    assert allocs == ["base", "search"]
+    cells = {(r.budget, r.size): regime_cell(r, allocs) for r in rep.regime.itertuples()}
+    assert {k: c.kind for k, c in cells.items()} == {
+        (1e11, "nano"): "winner", (1e11, "micro"): "undecided", (1e11, "mini"): "undecided",
+        (4e11, "nano"): "undecided", (4e11, "micro"): "winner", (4e11, "mini"): "undecided"}
+    # Winners take their allocation's colour index; an undecided cell takes none of them.
+    assert cells[(1e11, "nano")].code == allocs.index("search")
+    assert cells[(4e11, "micro")].code == allocs.index("base")
+    assert all(c.code == len(allocs) + 1 for c in cells.values() if c.kind == "undecided")
+    z = 0.02 / math.hypot(_se(0.42), _se(0.40))
+    assert cells[(1e11, "micro")].text == f"search?\nz={z:.1f}" == "search?\nz=0.6"
+    assert cells[(4e11, "mini")].text == "base?\nalone"
+
+    fig = figures.plot_regime_map(data)
+    (ax,) = [a for a in fig.axes if a.get_title()]
+    mesh = ax.collections[0].get_array()
+    # Rows are sizes (nano, micro, mini), columns budgets (1e11, 4e11).
+    assert np.ma.filled(mesh, -1).reshape(3, 2).tolist() == [[1, 3], [3, 0], [3, 3]]
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert sorted((p.get_x(), p.get_y()) for p in hatched) == [(0, 1), (0, 2), (1, 0), (1, 2)]
+    texts = {t.get_text() for t in ax.texts}
+    assert {"search", "base", "search?\nz=0.6", "base?\nalone"} <= texts
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["base", "search", "tie", UNDECIDED_LABEL] == [
+        "base", "search", "tie", "undecided (z < 2)"]
+
+
+def test_frontier_figure_shows_intervals():
+    rep = _noisy_report()
+    fig = figures.plot_frontier(rep.figure_data())
+    (ax,) = [a for a in fig.axes if a.get_title()]
+    assert len(ax.containers) == 5  # one errorbar series per (size, alloc)
+    # Each vertical bar runs from acc_lo to acc_hi of its (size, alloc, budget).
+    got = sorted((float(seg[0][1]), float(seg[1][1])) for c in ax.containers
+                 for seg in c.lines[2][0].get_segments())
+    s = rep.summary[rep.summary["budget"] > 0]
+    want = sorted(zip(s["acc_lo"], s["acc_hi"], strict=True))
+    assert len(got) == 10
+    assert got == pytest.approx(want)
+    lo, hi = wilson(0.60 * 400, 400)
+    assert (lo, hi) in [pytest.approx(b) for b in got]
+
+
+def test_report_counts_decided_winners():
+    md = render(_noisy_report())
+    assert "## Decided winners" in md
+    assert (f"- rule reward · {TARGET_LABELS[T]}: 1 of 2 frontier winners and 2 of 6 regime "
+            "cells decided (z ≥ 2).") in md
+    assert "Decided (z ≥ 2): 1 of 2 frontier winners, 2 of 6 regime cells." in md
+    z = 0.02 / math.hypot(_se(0.42), _se(0.40))
+    assert f"undecided (search vs base, z={z:.1f})" == "undecided (search vs base, z=0.6)"
+    assert "| micro | undecided (search vs base, z=0.6) | base |" in md
+    assert "| mini | undecided (base alone) | undecided (base alone) |" in md
+    assert "| nano | search | undecided (search vs base, z=0.3) |" in md
 
 
 def test_figure_not_run_without_validation(study, tmp_path):

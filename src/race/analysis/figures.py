@@ -29,12 +29,13 @@ import seaborn as sns
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 
 from race.analysis.columns import TARGET_LABELS
 from race.analysis.fit import sigmoid
 from race.analysis.frontier import pooled, size_order
 from race.analysis.protocol import Agreement
+from race.analysis.regime_cells import cell_colours, hatch_patch_kw, legend_handles, regime_cell
 from race.flops.ledger import BUDGET_PHASES
 
 FIGURE_NAMES = ["frontier", "compute_breakdown", "same_flop", "regime_map", "race_agreement",
@@ -44,7 +45,6 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p"]
 LINESTYLES = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3))]
 #: Phases are not allocations: greys, so that colour always means allocation.
 PHASE_COLOURS = {"rollout": "#404040", "learning": "#8c8c8c", "reward": "#d0d0d0"}
-TIE_COLOUR = "#bdbdbd"
 PANEL_W, PANEL_H = 3.6, 2.9
 
 
@@ -320,13 +320,17 @@ REGIME_TITLE = "Which allocation wins at each budget and policy size?"
 
 
 def plot_regime_map(data: FigureData) -> Figure:
-    """Heatmap budget x size -> winning allocation (alloc colours; grey = tie; "n/a" = no value
-    at that rung; blank = never run); rows = reward, cols = target."""
+    """Heatmap budget x size -> winning allocation; rows = reward, cols = target.
+
+    Only a decided winner (``decided``: gap_z >= DECIDED_Z over the runner-up) gets its
+    allocation's colour; grey = tie; hatched light grey = undecided, labelled with the leader,
+    "?" and its z (:mod:`race.analysis.regime_cells`); "n/a" = no value at that rung; blank =
+    never run."""
     with _style():
         if data.regime.empty:
             return _not_run(REGIME_TITLE, "no runs")
         allocs = data.allocs
-        cmap = ListedColormap([data.palette[a] for a in allocs] + [TIE_COLOUR])
+        cmap = ListedColormap(cell_colours(data.palette, allocs))
         fig, axes = _grid(len(data.rewards), len(data.targets), REGIME_TITLE)
         budgets = sorted(data.regime["budget"].unique())
         for i, reward in enumerate(data.rewards):
@@ -336,16 +340,18 @@ def plot_regime_map(data: FigureData) -> Figure:
                                   & (data.regime["target"] == target)]
                 codes = np.full((len(data.sizes), len(budgets)), np.nan)
                 text = np.full(codes.shape, "", dtype=object)
+                undecided = []
                 for r in sub.itertuples(index=False):
                     y, x = data.sizes.index(r.size), budgets.index(r.budget)
-                    if not r.best_alloc:
-                        text[y, x] = "n/a"
-                        continue
-                    codes[y, x] = len(allocs) if r.tie else allocs.index(r.best_alloc)
-                    text[y, x] = r.best_alloc.replace("|", "|\n")
-                sns.heatmap(codes, ax=ax, cmap=cmap, vmin=-0.5, vmax=len(allocs) + 0.5,
+                    cell = regime_cell(r, allocs)
+                    codes[y, x], text[y, x] = cell.code, cell.text
+                    if cell.kind == "undecided":
+                        undecided.append((x, y))
+                sns.heatmap(codes, ax=ax, cmap=cmap, vmin=-0.5, vmax=len(allocs) + 1.5,
                             cbar=False, annot=text, fmt="", annot_kws={"fontsize": 6},
                             linewidths=1, linecolor="white", mask=np.isnan(codes))
+                for x, y in undecided:
+                    ax.add_patch(Rectangle((x, y), 1, 1, **hatch_patch_kw()))
                 ax.set_xticks(np.arange(len(budgets)) + 0.5,
                               [_fmt_flops(b) for b in budgets], rotation=45)
                 ax.set_yticks(np.arange(len(data.sizes)) + 0.5, data.sizes, rotation=0)
@@ -357,7 +363,7 @@ def plot_regime_map(data: FigureData) -> Figure:
                 ax.set_title(_panel_title(reward, target))
                 ax.set_xlabel("budget rung (model FLOPs, log-spaced)")
                 ax.set_ylabel("policy size")
-        _legend(fig, data, [Patch(color=TIE_COLOUR, label="tie")], sizes=False)
+        _legend(fig, data, legend_handles(), sizes=False)
         return fig
 
 

@@ -24,6 +24,10 @@ Conventions (shared by every report module):
   silently.
 - Gaps: ``gap`` = winner's mean - runner-up's mean (fraction), ``gap_se`` = sqrt(se_w^2 + se_r^2)
   (independent runs), ``gap_z`` = gap / gap_se, ``overlap`` = the two 95% intervals overlap.
+- Decided: ``decided`` = True only when one winner leads the runner-up by ``gap_z >=``
+  :data:`DECIDED_Z`. A tie, a NaN ``gap_z`` (no standard error), a smaller z, and a lone
+  candidate (no runner-up to be compared against) are all ``decided`` = False, never NA: the
+  column is a plain boolean, and the report counts every such cell as undecided.
 - Missing cells (:func:`missing_cells`): within a stage, every config seen there is expected at
   every seed and every budget seen there; an absent row or a NaN accuracy is listed, never dropped.
 """
@@ -45,6 +49,12 @@ Z95 = 1.959963984540054
 #: Mean accuracies closer than this are a tie (accuracies are fractions: 1e-9 is far below one
 #: evaluation sample, so only genuinely equal scores tie).
 TIE_ATOL = 1e-9
+
+#: A winner is *decided* when ``gap_z >= DECIDED_Z``. The gap's z is a normal test of "winner
+#: better than runner-up"; 2 is the two-sided 95% quantile (1.96) rounded up, the same
+#: confidence as every interval in the report. Below it, a rerun could plausibly swap the two,
+#: so the cell is reported (and drawn) as undecided rather than as a winner.
+DECIDED_Z = 2.0
 
 #: Which stage's copy of a duplicated row the pooled table keeps (lower wins).
 STAGE_PRIORITY = {"full": 0, "validation": 1, "pilot": 2}
@@ -223,7 +233,10 @@ def rank_candidates(cands: pd.DataFrame) -> dict[str, object]:
 
     ``cands`` has columns label, acc, se, acc_lo, acc_hi, n_seeds. Candidates without an
     accuracy are not ranked. Returns a flat dict of the winner's and the runner-up's fields
-    (labels joined by "|" when tied) and the gap between them.
+    (labels joined by "|" when tied), the gap between them, and ``decided`` (a bool):
+    True only for a single winner with ``gap_z >= DECIDED_Z``. A tie, a NaN ``gap_z``, and a
+    lone candidate (nothing to be compared against, so nothing shows it is better than the
+    alternatives) are False, as is a group with no accuracy at all.
     """
     valid = cands[cands["acc"].notna()].sort_values(
         ["acc", "label"], ascending=[False, True], kind="mergesort")
@@ -231,7 +244,7 @@ def rank_candidates(cands: pd.DataFrame) -> dict[str, object]:
     empty = {"best": "", "acc": np.nan, "acc_lo": np.nan, "acc_hi": np.nan, "n_seeds": 0,
              "tie": False, "n_tied": 0, "runner_up": "", "runner_up_acc": np.nan,
              "runner_up_lo": np.nan, "runner_up_hi": np.nan, "gap": np.nan, "gap_se": np.nan,
-             "gap_z": np.nan, "overlap": pd.NA}
+             "gap_z": np.nan, "overlap": pd.NA, "decided": False}
     if valid.empty:
         return {**row, **empty}
     top = valid["acc"].iloc[0]
@@ -268,7 +281,17 @@ def rank_candidates(cands: pd.DataFrame) -> dict[str, object]:
         "gap_z": gap / gap_se if gap_se > 0 else np.nan,
         "overlap": overlap,
     })
+    row["decided"] = is_decided(row["gap_z"], bool(row["tie"]))
     return row
+
+
+def is_decided(gap_z: object, tie: bool = False) -> bool:
+    """True when a single winner leads its runner-up by at least :data:`DECIDED_Z` standard
+    errors; False for a tie and for a missing or NaN z (no runner-up, no standard error)."""
+    if tie or gap_z is None or gap_z is pd.NA:
+        return False
+    z = float(gap_z)
+    return not math.isnan(z) and z >= DECIDED_Z
 
 
 def config_summary(df: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
@@ -298,7 +321,7 @@ def _order_targets(df: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
 FRONTIER_COLUMNS = [
     "reward", "target", "budget", "best", "best_size", "best_alloc", "acc", "acc_lo", "acc_hi",
     "n_seeds", "best_flops", "tie", "n_tied", "runner_up", "runner_up_acc", "runner_up_lo",
-    "runner_up_hi", "gap", "gap_se", "gap_z", "overlap", "n_candidates", "stages",
+    "runner_up_hi", "gap", "gap_se", "gap_z", "overlap", "decided", "n_candidates", "stages",
 ]
 
 
@@ -330,7 +353,7 @@ def frontier_table(df: pd.DataFrame, targets: list[str] | None = None,
 REGIME_COLUMNS = [
     "reward", "target", "budget", "size", "best_alloc", "acc", "acc_lo", "acc_hi", "n_seeds",
     "tie", "n_tied", "runner_up", "runner_up_acc", "gap", "gap_se", "gap_z", "overlap",
-    "n_candidates",
+    "decided", "n_candidates",
 ]
 
 

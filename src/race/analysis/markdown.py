@@ -8,6 +8,7 @@ import math
 import pandas as pd
 
 from race.analysis.columns import TARGET_LABELS
+from race.analysis.frontier import DECIDED_Z
 from race.analysis.protocol import Agreement, PilotCost
 
 #: Rows of a long table shown in report.md; the rest are in the CSV (the report says so).
@@ -65,19 +66,56 @@ def target(t: str) -> str:
 
 def frontier_md(frontier: pd.DataFrame) -> str:
     header = ["reward", "target", "budget (FLOPs)", "best size/alloc", "accuracy", "95% interval",
-              "seeds", "runner-up", "gap (pts)", "gap z", "intervals overlap"]
+              "seeds", "runner-up", "gap (pts)", "gap z", "intervals overlap",
+              f"decided (z ≥ {DECIDED_Z:g})"]
     rows = []
     for r in frontier.head(MD_MAX_ROWS).itertuples(index=False):
         best = r.best + (" (tie)" if r.tie else "") if r.best else "no value"
         rows.append([r.reward, target(r.target), flops(r.budget), best, acc(r.acc),
                      interval(r.acc_lo, r.acc_hi), str(r.n_seeds), r.runner_up or "–",
                      pts(100 * r.gap if pd.notna(r.gap) else math.nan),
-                     num(r.gap_z, ".2f"), yes(r.overlap)])
+                     num(r.gap_z, ".2f"), yes(r.overlap), yes(r.decided)])
     return md_table(rows, header) + truncated(len(frontier), "frontier.csv")
 
 
+def regime_cell_md(r: object) -> str:
+    """One regime-map cell: the allocation only when decided, else why not."""
+    if not r.best_alloc:
+        return "no value"
+    if r.tie:
+        return f"{r.best_alloc} (tie)"
+    if r.decided:
+        return r.best_alloc
+    if not r.runner_up:
+        return f"undecided ({r.best_alloc} alone)"
+    return f"undecided ({r.best_alloc} vs {r.runner_up}, z={num(r.gap_z, '.1f')})"
+
+
+def decided_counts(table: pd.DataFrame) -> tuple[int, int]:
+    """(decided rows, all rows): every row counts, a tie, a lone candidate or no value as
+    undecided."""
+    return int(table["decided"].astype(bool).sum()), int(len(table))
+
+
+def decided_md(frontier: pd.DataFrame, regime: pd.DataFrame, targets: list[str]) -> str:
+    """Per reward and target, how many frontier winners and regime cells are decided."""
+    rewards = sorted(set(frontier["reward"]) | set(regime["reward"]))
+    lines = []
+    for reward in rewards:
+        for t in targets:
+            f = frontier[(frontier["reward"] == reward) & (frontier["target"] == t)]
+            g = regime[(regime["reward"] == reward) & (regime["target"] == t)]
+            if f.empty and g.empty:
+                continue
+            (fd, fn), (gd, gn) = decided_counts(f), decided_counts(g)
+            lines.append(f"- {reward} reward · {target(t)}: {fd} of {fn} frontier winners and "
+                         f"{gd} of {gn} regime cells decided (z ≥ {DECIDED_Z:g}).")
+    return "\n".join(lines) or "No runs."
+
+
 def regime_md(regime: pd.DataFrame, sizes: list[str], targets: list[str]) -> str:
-    """One budget x size table per (reward, target), cells = winning allocation."""
+    """One budget x size table per (reward, target), cells = the winning allocation when
+    decided, else "undecided (a vs b, z=…)" (:func:`regime_cell_md`)."""
     if regime.empty:
         return "No runs."
     budgets = sorted(regime["budget"].unique())
@@ -87,9 +125,7 @@ def regime_md(regime: pd.DataFrame, sizes: list[str], targets: list[str]) -> str
             sub = regime[(regime["reward"] == reward) & (regime["target"] == t)]
             if sub.empty:
                 continue
-            cells = {(r.size, r.budget): (r.best_alloc + (" (tie)" if r.tie else "")
-                                          if r.best_alloc else "no value")
-                     for r in sub.itertuples(index=False)}
+            cells = {(r.size, r.budget): regime_cell_md(r) for r in sub.itertuples(index=False)}
             rows = [[s] + [cells.get((s, b), "not run") for b in budgets] for s in sizes]
             parts.append(f"**{reward} reward · {target(t)}**\n\n"
                          + md_table(rows, ["size \\ budget"] + [flops(b) for b in budgets]))

@@ -33,6 +33,7 @@ from race.analysis import figures
 from race.analysis.fit import fit_table, rung_points
 from race.analysis.frontier import (
     CELL_KEYS,
+    DECIDED_Z,
     config_summary,
     frontier_table,
     load_runs,
@@ -46,6 +47,8 @@ from race.analysis.frontier import (
 from race.analysis.markdown import (
     FLOP_CONVENTIONS,
     agreement_md,
+    decided_counts,
+    decided_md,
     fits_md,
     flops,
     frontier_md,
@@ -77,7 +80,8 @@ FIGURE_CAPTIONS = {
     "compute_breakdown": "share of model FLOPs spent in rollout, learning and reward per "
                          "config at its largest rung.",
     "same_flop": "optimizer updates and rollouts each allocation buys at the same budget.",
-    "regime_map": "winning allocation per budget rung and policy size (grey: tie).",
+    "regime_map": "winning allocation per budget rung and policy size, coloured only when "
+                  f"decided (z ≥ {DECIDED_Z:g}); grey: tie; hatched: undecided, with its z.",
     "race_agreement": "pilot rank vs validation rank per config, with Spearman ρ, regret and "
                       "top-1 agreement.",
     "fits": "mean accuracy per rung and the fitted sigmoid R(C) per config.",
@@ -249,6 +253,8 @@ def render(rep: Report) -> str:
     sizes = size_order(runs) if len(runs) else []
     n_overlap = sum(1 for v in rep.frontier["overlap"] if v is not pd.NA and bool(v))
     n_tie = int(rep.frontier["tie"].sum()) if len(rep.frontier) else 0
+    f_dec, f_all = decided_counts(rep.frontier)
+    r_dec, r_all = decided_counts(rep.regime)
     width = median_interval_width(runs, rep.targets)
     win_width = float((rep.frontier["acc_hi"] - rep.frontier["acc_lo"]).median()) \
         if len(rep.frontier) else math.nan
@@ -279,9 +285,17 @@ def render(rep: Report) -> str:
             "k). The gap is to the runner-up, in accuracy points; z = gap / its standard error. "
             "Ties are listed as a|b, never broken. Full table: `frontier.csv`.", "",
             frontier_md(rep.frontier) if len(rep.frontier) else "No runs.", ""]
+    out += ["## Decided winners", "",
+            f"A winner is decided when it leads the runner-up by z ≥ {DECIDED_Z:g} standard "
+            "errors of the gap (the two-sided 95% level of every interval here). A tie, a "
+            "smaller z, a missing z and a lone candidate (nothing to compare it with) count as "
+            "undecided: read those as no answer, not as a win.", "",
+            decided_md(rep.frontier, rep.regime, rep.targets), ""]
     out += ["## Regime: the winning allocation per size", "",
             "Per reward × target: the allocation with the highest mean accuracy at each policy "
-            "size and budget rung (`regime.csv` has accuracies, gaps and runner-ups).", "",
+            "size and budget rung (`regime.csv` has accuracies, gaps and runner-ups). A cell "
+            f"names its winner only when decided (z ≥ {DECIDED_Z:g}); otherwise it reads "
+            "\"undecided (leader vs runner-up, z)\".", "",
             regime_md(rep.regime, sizes, rep.targets), ""]
     out += ["## RACE: does the pilot predict the validation ranking?", "",
             "A diagnostic, not a guarantee: the pilot ranks every config cheaply with one seed at "
@@ -324,7 +338,9 @@ def render(rep: Report) -> str:
             f"- Median width of a row's 95% evaluation interval: {pts(100 * width)} accuracy "
             f"points; of the frontier winners' intervals: {pts(100 * win_width)} points. "
             f"{n_overlap} of {len(rep.frontier)} frontier winners overlap their runner-up's "
-            f"interval, and {n_tie} are exact ties: read those as undecided.",
+            f"interval, and {n_tie} are exact ties: read those as undecided. Decided "
+            f"(z ≥ {DECIDED_Z:g}): {f_dec} of {f_all} frontier winners, {r_dec} of {r_all} "
+            "regime cells.",
             "- Fits extrapolate a four-parameter curve from a handful of rungs; trust the "
             "held-out error, not the asymptote, when they disagree.",
             "- FLOPs are analytic model FLOPs (see conventions); wall time and executed FLOPs "
