@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from race.data.task import TaskSpec
+from race.data.teacher import TeacherSpec
 from race.study import jobs, schema, specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +138,7 @@ def _attributes_read() -> set[str]:
 #: Typed sections: their keys reach code as fields of these classes.
 TYPED = {"eval": (specs.EvalSpec,), "pretrain": (specs.PretrainSpec,), "prm": (specs.PRMSpec,),
          "allocations": (specs.Allocation,), "training": (specs.Allocation, jobs.TrainJob),
-         "mlflow": (specs.MlflowSpec,), "task": (TaskSpec,)}
+         "mlflow": (specs.MlflowSpec,), "task": (TaskSpec,), "teacher": (TeacherSpec,)}
 
 
 @pytest.mark.parametrize("path", schema_keys(), ids=".".join)

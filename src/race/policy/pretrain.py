@@ -1,7 +1,10 @@
 """Base policies: a short supervised "pretraining" of every ladder size on train-split solutions.
 
 Every size sees the same data in the same order for the same token budget (a model family
-trained on the same data), so base accuracy grows with size. Tokens counted against the budget
+trained on the same data), so base accuracy grows with size. On the arithmetic task the
+solutions fed are the teacher's (:mod:`race.data.teacher`): drawn afresh for every sequence from
+one seeded stream, noisy by default (slips and a systematic truncation), the references with
+``teacher.noisy: false``. Tokens counted against the budget
 are the real (unpadded) prompt + solution + EOS tokens fed to the model; the loss is on solution
 and EOS tokens only. Deterministic for a fixed seed and thread count.
 
@@ -19,7 +22,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from race.data.task import load_jsonl, verify
+from race.data.task import TaskSpec, is_arithmetic, load_jsonl, problem_of, verify
+from race.data.teacher import SLIPS, TeacherSpec
+from race.data.teacher import solution as teacher_solution
 from race.data.tokenizer import load_tokenizer
 from race.policy.optim import optimizer_step
 from race.study.specs import PretrainSpec
@@ -44,11 +49,47 @@ def greedy_accuracy(model, tokenizer, records, max_new_tokens: int) -> tuple[flo
     return correct / max(1, len(records)), len(records)
 
 
+class Teacher:
+    """The solutions pretraining feeds: the teacher's draw for arithmetic records (one seeded
+    stream, so the same seed feeds the same corruptions to every size), else the record's own
+    ``solution``. Counts what it wrote, for ``pre.json``."""
+
+    def __init__(self, records, spec: TeacherSpec, max_value: int, seed: int):
+        import random
+
+        self.records, self.spec, self.max_value = records, spec, max_value
+        self.problems = [problem_of(r) if is_arithmetic(r) else None for r in records]
+        if spec.noisy and any(p is None for p in self.problems):
+            raise ValueError("teacher.noisy: the training records carry no arithmetic chain "
+                             "(start/ops); set teacher.noisy: false")
+        self.rng = random.Random(f"teacher-{seed}")
+        self.counts = {"solutions": 0, "steps": 0, "truncated": 0, "eligible_for_truncation": 0,
+                       **{f"{k}_slips": 0 for k in SLIPS}}
+
+    def solution(self, i: int) -> str:
+        problem = self.problems[i]
+        if problem is None or not self.spec.noisy:
+            return self.records[i].solution
+        drawn = teacher_solution(problem, self.spec, self.rng, self.max_value)
+        c = self.counts
+        c["solutions"] += 1
+        c["steps"] += len(drawn.steps)
+        c["truncated"] += drawn.truncated
+        c["eligible_for_truncation"] += len(problem.ops) >= self.spec.truncate_min_steps
+        for step in drawn.steps:
+            if step.slip:
+                c[f"{step.slip}_slips"] += 1
+        return drawn.text
+
+
 def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path,
-             spec: PretrainSpec | None = None, layers: int | None = None) -> dict:
+             spec: PretrainSpec | None = None, layers: int | None = None,
+             teacher: TeacherSpec | None = None, max_value: int | None = None) -> dict:
     """SFT ladder size ``size`` from random init; returns the ``pre`` record (also saved).
 
-    ``layers`` overrides the rung's depth (ablations only; the study uses the ladder as is).
+    ``teacher`` (default: the schema's) writes the solutions (module docstring); its slips
+    stay in ``[0, max_value]`` (default: the task's). ``layers`` overrides the rung's depth
+    (ablations only; the study uses the ladder as is).
     """
     import torch
 
@@ -64,10 +105,11 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
     arch = flops.Arch.from_config(model.config)
     params, non_embedding = count_parameters(model)
 
+    teacher = teacher or TeacherSpec()
+    writer = Teacher(train, teacher, TaskSpec().max_value if max_value is None else max_value,
+                     spec.seed)
     eos = tokenizer.eos_token
     prompt_ids = [tokenizer(r.prompt, add_special_tokens=False)["input_ids"] for r in train]
-    target_ids = [tokenizer(r.solution + eos, add_special_tokens=False)["input_ids"]
-                  for r in train]
     gen = torch.Generator().manual_seed(spec.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate,
                             weight_decay=spec.weight_decay, betas=(0.9, 0.95))
@@ -81,7 +123,9 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
             order, cursor = torch.randperm(len(train), generator=gen).tolist(), 0
         idx = order[cursor:cursor + spec.batch_size]
         cursor += spec.batch_size
-        seqs = [prompt_ids[i] + target_ids[i] for i in idx]
+        targets = [writer.solution(i) + eos for i in idx]
+        target_ids = tokenizer(targets, add_special_tokens=False)["input_ids"]
+        seqs = [prompt_ids[i] + t for i, t in zip(idx, target_ids, strict=True)]
         width = max(len(s) for s in seqs)
         input_ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
         labels = torch.full((len(seqs), width), -100)
@@ -120,6 +164,7 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
         "eval_in_n": n_eval,
         "final_loss": float(loss.detach()),
         "spec": asdict(spec),
+        "teacher": {**asdict(teacher), "written": writer.counts},
     }
     (out_dir / "pre.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
@@ -127,4 +172,5 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
 
 def run_pretrain(job) -> dict:
     """``race pretrain``: a :class:`race.study.jobs.PretrainJob`."""
-    return pretrain(job.size, job.data_dir, job.tokenizer_dir, job.out_dir, job.spec)
+    return pretrain(job.size, job.data_dir, job.tokenizer_dir, job.out_dir, job.spec,
+                    teacher=job.teacher, max_value=job.max_value)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from race.data.teacher import TeacherSpec
 from race.policy.ladder import LADDER_DIALS
 from race.study.cells import ConfigError, cell_key, is_ladder
 from race.study.schema import SCHEMA
@@ -215,6 +216,13 @@ def check_config(config: dict) -> dict:
             raise ConfigError(f"budgets[{i}]: rungs must be strictly increasing "
                               f"({budgets[i - 1]:.3g} then {budgets[i]:.3g})")
     _unique(config["seeds"], "seeds")
+    teacher = config.get("teacher") or {}
+    if teacher.get("noisy", True) and config["task"].get("kind", "arithmetic") != "arithmetic" \
+            and any(is_ladder(s) for s in config["sizes"]):
+        raise ConfigError("teacher.noisy: the noisy teacher corrupts arithmetic chains and "
+                          f"task.kind {config['task']['kind']!r} has none; set teacher.noisy: "
+                          "false")
+    TeacherSpec.from_config(teacher)
     for i, target in enumerate(config["eval"].get("targets") or []):
         if target not in TARGETS:
             raise ConfigError(f"eval.targets[{i}]: unknown target {target!r} "

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
+from race.data.teacher import TeacherSpec
 from race.study import cells as C
 from race.study.schema import default
 from race.study.specs import (
@@ -126,6 +127,8 @@ class PretrainJob:
     tokenizer_dir: str
     out_dir: str
     spec: PretrainSpec = field(default_factory=PretrainSpec)
+    teacher: TeacherSpec = field(default_factory=TeacherSpec)
+    max_value: int = default("task", "max_value")  # the teacher's slips stay in [0, max_value]
 
 
 @dataclass
@@ -184,7 +187,7 @@ def _eval_job(config: dict, policy: str, snapshots: list[Snapshot], reward: str,
         data_dir=str(C.results(config) / "data"),
         snapshots=snapshots,
         # native_reward is measured at the temperature the cell trained with.
-        spec=EvalSpec.from_config(config["eval"]).with_overrides(native_temperature=temperature),
+        spec=EvalSpec.from_config(config["eval"]).with_overrides(train_temperature=temperature),
         reward=reward_spec(config, reward),
         prm=C.prm_dir(config, prm) if prm else None,
         results_dir=str(C.results(config)),
@@ -229,7 +232,9 @@ def pretrain_job(config: dict, size: str) -> PretrainJob:
     return PretrainJob(size=size, data_dir=str(results / "data"),
                        tokenizer_dir=str(results / "tokenizer"),
                        out_dir=C.base_dir(config, size),
-                       spec=PretrainSpec.from_config(config["pretrain"]))
+                       spec=PretrainSpec.from_config(config["pretrain"]),
+                       teacher=TeacherSpec.from_config(config.get("teacher")),
+                       max_value=config["task"]["max_value"])
 
 
 def prm_job(config: dict, size: str) -> PrmJob:
@@ -287,6 +292,8 @@ def from_json(cls, text: str):
         payload["mlflow"] = MlflowSpec(**payload["mlflow"])
     if isinstance(payload.get("spec"), dict):
         payload["spec"] = _SPECS[cls](**payload["spec"])
+    if isinstance(payload.get("teacher"), dict):
+        payload["teacher"] = TeacherSpec(**payload["teacher"])
     if "snapshots" in payload:
         payload["snapshots"] = [Snapshot(**s) for s in payload["snapshots"]]
     return cls(**payload)
