@@ -1,15 +1,20 @@
-"""Learning signal and learning-rate sweep: does a rule-reward GRPO run raise greedy eval-in
-accuracy above its base policy's, and at which constant learning rate?
+"""The RL recipe sweep (gate B's dials): does rule-reward GRPO raise sampled pass@1 above the
+base policy's, by how much per budget rung, and at which learning rate?
 
-    python bench/learning_signal.py [--sizes nano micro mini] [--lrs 1e-4 2e-4 2e-3]
-                                    [--alloc base] [--budget 2e11] [--config config.yaml]
+    python bench/learning_signal.py [--sizes nano micro mini] [--lrs 3e-4 1e-3 2e-3]
+                                    [--alloc base] [--config config.yaml]
+                                    [--set training.warmup_steps=5 training.scale_rewards=batch]
 
 Needs the study's data and base policies (``snakemake results/base/size~mini/pre.json`` and
 the other sizes). Each (size, lr) is one ``race train`` run with the rule reward and the named
-allocation of the config, snapshotted at budget/4, budget/2 and budget; every snapshot and the
-base policy are scored greedily on all of eval-in with the same code as ``race evaluate``'s
-in_pass1. Runs go to a temporary directory. Prints one line per run: accuracy at each rung
-with its training step, and the mean training reward over each quarter of the run.
+allocation through the config's budget rungs (``--set`` overrides any ``training:`` key);
+the base policy and every rung are scored with the evaluator's ``sampled_pass1`` (mean@k at the
+training temperature over the config's ``eval.sampled_prompts`` x ``eval.sampled_k``, cluster
+bootstrap interval) and greedy ``in_pass1``. Runs go to a temporary directory. Prints one line
+per run: sampled pass@1 [95% interval] and greedy pass@1 at each rung with its step, the share
+of truncated samples at the top rung, and the mean training reward per quarter of the run.
+A (size, lr) passes gate B's gain line when the top rung's interval is above the base's and
+the gain is at least 15 points.
 """
 
 import argparse
@@ -21,18 +26,24 @@ from pathlib import Path
 import torch
 
 from race.data.task import load_jsonl
+from race.evaluation.evaluator import Evaluator
 from race.evaluation.snapshot import load_snapshot
 from race.grpo.run import run_training
-from race.policy.pretrain import greedy_accuracy
 from race.study.cells import results, rung_dir
-from race.study.config import load_config
+from race.study.config import check_config, load_config
 from race.study.jobs import TrainJob
 from race.study.specs import EvalSpec, allocation
 
 
-def accuracy(policy: str, adapter: Path | None, records) -> float:
-    snap = load_snapshot(policy, adapter)
-    return greedy_accuracy(snap.model, snap.tokenizer, records, EvalSpec().max_new_tokens)[0]
+def scores(policy: str, adapter: Path | None, records, spec: EvalSpec) -> dict:
+    """sampled_pass1 and in_pass1 of one snapshot (the study's evaluator, same settings)."""
+    found = Evaluator(load_snapshot(policy, adapter), records, [], spec).run()
+    return {t: found[t] for t in spec.targets}
+
+
+def line(result: dict) -> str:
+    s, g = result["sampled_pass1"], result["in_pass1"]
+    return f"{s.acc:.3f} [{s.lo:.3f}, {s.hi:.3f}] greedy {g.acc:.3f}"
 
 
 def quarters(values: list[float]) -> list[float]:
@@ -43,35 +54,55 @@ def quarters(values: list[float]) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", nargs="+", default=["nano", "micro", "mini"])
-    parser.add_argument("--lrs", nargs="+", type=float, default=[1e-4, 2e-4, 2e-3])
-    parser.add_argument("--alloc", default="base")
-    parser.add_argument("--budget", type=float, default=2e11)
+    parser.add_argument("--sizes", nargs="+", default=None)
+    parser.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3, 2e-3])
+    parser.add_argument("--alloc", default=None, help="default: race.baseline, else the first")
     parser.add_argument("--config", default="config.yaml")
+    parser.add_argument("--set", dest="overrides", nargs="*", default=[],
+                        help="training.KEY=VALUE overrides, e.g. training.warmup_steps=5")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    import yaml
+
     config = load_config(args.config)
+    for item in args.overrides:
+        dotted, _, raw = item.partition("=")
+        section, _, key = dotted.partition(".")
+        config[section][key] = yaml.safe_load(raw)
+    check_config(config)
     res = results(config)
+    alloc_name = args.alloc or config["race"].get("baseline") or next(iter(config["allocations"]))
     records = load_jsonl(res / "data" / "eval_in.jsonl")
-    rungs = [args.budget / 4, args.budget / 2, args.budget]
-    print(f"rule reward, alloc {args.alloc}, greedy eval-in accuracy (n={len(records)})")
-    for size in args.sizes:
+    temperature = allocation(config, alloc_name).temperature
+    spec = EvalSpec.from_config(config["eval"]).with_overrides(
+        targets=("sampled_pass1", "in_pass1"), train_temperature=temperature)
+    rungs = [float(b) for b in config["budgets"]]
+    print(f"rule reward, alloc {alloc_name}, training {config['training']}")
+    print(f"sampled pass@1: {spec.sampled_prompts} prompts x {spec.sampled_k} at T={temperature}")
+    for size in args.sizes or config["sizes"]:
         base = str(res / "base" / f"size~{size}")
-        print(f"{size}: base {accuracy(base, None, records):.3f}", flush=True)
+        before = scores(base, None, records, spec)
+        print(f"{size}: base {line(before)}", flush=True)
         for lr in args.lrs:
-            alloc = replace(allocation(config, args.alloc), learning_rate=lr)
+            alloc = replace(allocation(config, alloc_name), learning_rate=lr)
             with tempfile.TemporaryDirectory() as tmp:
                 job = TrainJob(base=base, train_data=str(res / "data" / "train.jsonl"),
                                run_dir=tmp, rungs=rungs, alloc=alloc, save_every=10**6)
                 run_training(job)
-                cells = []
+                cells, top = [], None
                 for b in rungs:
-                    ledger = json.loads((rung_dir(tmp, b) / "ledger.json").read_text())
-                    cells.append(f"{b:.2g}: {accuracy(base, rung_dir(tmp, b), records):.3f} "
-                                 f"(step {ledger['steps']})")
-                rewards = [json.loads(line)["reward_mean"]
-                           for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
-            print(f"  lr {lr:g}: " + ", ".join(cells) + f"; reward by quarter {quarters(rewards)}",
+                    steps = json.loads((rung_dir(tmp, b) / "ledger.json").read_text())["steps"]
+                    top = scores(base, rung_dir(tmp, b), records, spec)
+                    cells.append(f"{b:.2g} (step {steps}): {line(top)}")
+                rewards = [json.loads(row)["reward_mean"]
+                           for row in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
+            s0, s1 = before["sampled_pass1"], top["sampled_pass1"]
+            gain = s1.acc - s0.acc
+            passed = gain >= 0.15 and s1.lo > s0.hi
+            truncated = s1.details.get("failures", {}).get("truncated", float("nan"))
+            print(f"  lr {lr:g}: " + "; ".join(cells)
+                  + f"; top-rung truncated share {truncated:.3f}; reward by quarter "
+                  f"{quarters(rewards)}; gain {gain:+.3f} {'PASS' if passed else 'fail'}",
                   flush=True)
 
 

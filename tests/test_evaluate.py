@@ -23,7 +23,7 @@ from race.study.specs import TARGETS, EvalSpec
 #: Small enough that every evaluate call on a nano policy takes well under a second.
 SMALL = EvalSpec(n_in=10, n_ood=6, max_new_tokens=10, max_new_tokens_ood=14, sample_prompts=4,
                  k=3, bon_n=4, native_prompts=4, native_samples=2, batch_size=8,
-                 bootstrap_reps=200)
+                 bootstrap_reps=200, sampled_prompts=5, sampled_k=3)
 LORA_TARGETS = ["q_proj", "v_proj", "down_proj"]
 
 
@@ -259,14 +259,16 @@ def test_evaluate_schema_and_sharing(root, tmp_path):
     assert payload["format"] == "race-eval/1" and payload["phase"] == "eval"
     assert payload["rung"] == {"step": 0, "budget": None, "train_model_flops": 0}
     assert list(payload["targets"]) == list(TARGETS)
-    expected_n = {"in_pass1": 10, "ood_pass1": 6, "maj_k": 4, "prm_bon": 4, "native_reward": 4}
-    expected_samples = {"in_pass1": 10, "ood_pass1": 6, "maj_k": 12, "prm_bon": 16,
-                        "native_reward": 8}
+    expected_n = {"in_pass1": 10, "sampled_pass1": 5, "ood_pass1": 6, "maj_k": 4, "prm_bon": 4,
+                  "native_reward": 4}
+    expected_samples = {"in_pass1": 10, "sampled_pass1": 15, "ood_pass1": 6, "maj_k": 12,
+                        "prm_bon": 16, "native_reward": 8}
     for target, r in payload["targets"].items():
         assert r["skipped"] is None
         assert r["n"] == expected_n[target] and r["samples"] == expected_samples[target]
         assert 0.0 <= r["lo"] <= r["acc"] <= r["hi"] <= 1.0
-        assert r["interval"] == ("bootstrap" if target == "native_reward" else "wilson")
+        assert r["interval"] == ("bootstrap" if target in ("native_reward", "sampled_pass1")
+                                 else "wilson")
         f = r["flops"]
         assert all(isinstance(f[k], int) for k in ("model", "executed", "tokens"))
         assert 0 < f["model"] <= f["executed"] and f["tokens"] > 0
@@ -285,6 +287,32 @@ def test_evaluate_schema_and_sharing(root, tmp_path):
     alone = evaluate(root / "base", root / "data", None, replace(SMALL, share_samples=False),
                      reward={"type": "rule"}, prm=FakePRM())
     assert alone["charged_total"] == alone["executed_total"]
+
+
+def test_sampled_pass1_is_mean_at_k_with_its_diagnostics(root):
+    """mean@k over prompts x k samples at the training temperature; pass@k, the format-valid
+    share and the failure shares come from the same samples."""
+    from race.data.task import FAILURES, failure_kind, load_jsonl, problem_of
+
+    snap = load_snapshot(root / "base")
+    records = load_jsonl(root / "data" / "eval_in.jsonl")
+    spec = replace(SMALL, targets=("sampled_pass1",), train_temperature=0.7)
+    evaluator = Evaluator(snap, records, [], spec)
+    result = evaluator.run()["sampled_pass1"]
+    # The same draw again, by hand: the salt makes it independent of the other targets.
+    pool = Evaluator(snap, records, [], spec).sample_pool(
+        records[:5], 3, max_new_tokens=spec.max_new_tokens, temperature=0.7, salt=6)
+    kinds = [[failure_kind(problem_of(r), t) for t in texts]
+             for r, texts in zip(records[:5], pool.texts, strict=True)]
+    correct = sum(k.count("correct") for k in kinds)
+    assert result.correct == correct and result.acc == pytest.approx(correct / 15)
+    assert result.details["pass@3"] == pytest.approx(
+        sum("correct" in k for k in kinds) / 5)
+    assert result.details["temperature"] == 0.7 and result.details["samples_per_prompt"] == 3
+    flat = [k for group in kinds for k in group]
+    assert result.details["failures"] == {f: flat.count(f) / 15 for f in FAILURES}
+    assert result.details["format_valid"] == pytest.approx(1 - flat.count("format") / 15)
+    assert result.lo <= result.acc <= result.hi
 
 
 def test_pool_rebatching_model_flops(root):
@@ -373,12 +401,12 @@ def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
     out = rung / "eval.json"
     job = EvalJob(policy=str(root / "base"), data_dir=str(root / "data"),
                   snapshots=[EvalSnapshot(str(rung), str(out))],
-                  spec=SMALL.with_overrides(native_temperature=0.7), reward={"type": "rule"},
+                  spec=SMALL.with_overrides(train_temperature=0.7), reward={"type": "rule"},
                   prm=str(prm_dir), mlflow=spec, run_dir=str(run_dir), study="evaltest")
     rc = main(["evaluate", "--job", to_json(job)])
     assert rc == 0
     payload = json.loads(out.read_text())
-    assert payload["settings"]["native_temperature"] == 0.7
+    assert payload["settings"]["train_temperature"] == 0.7
     assert payload["settings"]["prm"] == str(prm_dir)
     bon = payload["targets"]["prm_bon"]
     assert bon["skipped"] is None and bon["flops_parts"]["scoring"]["model"] > 0

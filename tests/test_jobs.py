@@ -43,7 +43,7 @@ def test_one_evaluation_job_per_cell_covers_its_rungs(smoke):
     job = jobs.eval_job(smoke, grid)
     assert [s.adapter for s in job.snapshots] == [
         str(C.rung_dir(C.run_dir(smoke, grid), b)) for b in smoke["budgets"]]
-    assert job.spec.native_temperature == smoke["training"]["temperature"]
+    assert job.spec.train_temperature == smoke["training"]["temperature"]
     assert job.prm == C.prm_dir(smoke, "nano") and job.reward == {**smoke["rewards"][grid.reward],
                                                                   **job.reward}
     validation_only = C.Cell(grid.size, grid.reward, grid.alloc, 1)

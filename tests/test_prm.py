@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 from transformers import Qwen2Config, Qwen2ForSequenceClassification, Qwen2ForTokenClassification
 
-from race.data.task import Problem, TaskSpec, step_labels, verify, write_splits
+from race.data.task import LINE_ERRORS, Problem, TaskSpec, step_labels, verify, write_splits
 from race.data.tokenizer import ALPHABET, build_tokenizer
 from race.feedback.loading import load_feedback_model, load_prm
 from race.feedback.models import QWEN_STEP_TOKEN
@@ -22,21 +22,23 @@ from race.feedback.prm_data import (
     balance,
     corrupt,
     encode,
+    error_metrics,
     labelled,
     positive_rate,
     prm_text,
     roc_auc,
     split_prompts,
+    step_errors,
 )
 from race.feedback.prm_training import prm_train_flops
 from race.feedback.qwen_math import QwenMathPRM, QwenMathPRMModule
 from race.feedback.rewards import FeedbackReward, build_model_reward, combine
-from race.feedback.scores import aggregate
+from race.feedback.scores import AGGREGATES, aggregate
 from race.flops import analytic as F
 from race.flops.counter import count_flops
 from race.flops.meter import PhaseFlops
 from race.policy.ladder import ladder_config
-from race.study.specs import PRMSpec
+from race.study.specs import PRM_AGGREGATES, PRMSpec
 
 PROMPT = "17+8-5=?\n"
 PROBLEM = Problem(17, (("+", 8), ("-", 5)))
@@ -153,6 +155,40 @@ def test_auc_matches_the_rank_statistic_and_sklearn():
     assert roc_auc(scores, labels) == pytest.approx(sklearn.roc_auc_score(labels, scores))
 
 
+def test_auc_per_error_family_on_known_scores():
+    # correct steps score 0.9, 0.6, 0.5; operand steps 0.1, 0.2 (always below): AUC 1;
+    # arithmetic steps 0.7, 0.5: of the 6 (correct, wrong) pairs the correct step ranks above
+    # in 3 (0.9 > 0.7, 0.9 > 0.5, 0.6 > 0.5), ties in 1 (0.5 = 0.5): AUC 3.5/6;
+    # truncated 0.95 (above every correct step): AUC 0; other families: no step, nan.
+    scores = [0.9, 0.1, 0.6, 0.7, 0.2, 0.5, 0.5, 0.95]
+    labels = [1, 0, 1, 0, 0, 1, 0, 0]
+    errors = [None, "operand", None, "arithmetic", "operand", None, "arithmetic", "truncated"]
+    got = error_metrics(scores, labels, errors)
+    assert list(got) == list(LINE_ERRORS)
+    assert got["operand"] == {"auc": 1.0, "steps": 2}
+    assert got["arithmetic"] == {"auc": pytest.approx(3.5 / 6), "steps": 2}
+    assert got["truncated"] == {"auc": 0.0, "steps": 1}
+    for family in ("sign", "copy", "answer", "extra", "format"):
+        assert got[family]["steps"] == 0 and math.isnan(got[family]["auc"])
+    # The same numbers as the overall AUC restricted to correct + that family's steps.
+    keep = [i for i, e in enumerate(errors) if e in (None, "arithmetic")]
+    assert got["arithmetic"]["auc"] == roc_auc([scores[i] for i in keep],
+                                               [labels[i] for i in keep])
+    assert all(math.isnan(m["auc"]) for m in error_metrics([0.3], [0], ["sign"]).values())
+    with pytest.raises(ValueError, match="errors"):
+        error_metrics(scores, labels, errors[:-1])
+
+
+def test_examples_carry_the_error_family_of_each_line():
+    truncated = labelled(PROBLEM, PROMPT, "17+8=25\n#### 25", "sample")
+    assert truncated.errors == (None, "truncated")
+    bad = labelled(PROBLEM, PROMPT, BAD, "sample")
+    assert bad.labels == (True, False, True) and bad.errors == (None, "arithmetic", None)
+    assert step_errors([truncated, bad]) == [None, "truncated", None, "arithmetic", None]
+    with pytest.raises(ValueError, match="labelled"):
+        step_errors([Example(PROMPT, "x", (False,), "sample")])
+
+
 # --------------------------------------------------------------------------- aggregation
 
 
@@ -164,9 +200,19 @@ def test_aggregation_rules_on_fixed_step_scores():
     assert aggregate(scores, "min") == 0.5
     assert aggregate(scores, "last") == 0.8
     assert aggregate(scores, "product") == pytest.approx(0.36)
-    assert all(aggregate([], how) == 0.0 for how in ("min", "last", "product"))
+    assert aggregate(scores, "mean") == pytest.approx(2.2 / 3)
+    assert aggregate([0.4], "mean") == 0.4
+    assert all(aggregate([], how) == 0.0 for how in ("min", "last", "product", "mean"))
     with pytest.raises(ValueError, match="aggregate"):
-        aggregate(scores, "mean")
+        aggregate(scores, "median")
+
+
+def test_aggregate_names_agree_with_specs_and_schema():
+    from race.study import schema
+
+    assert AGGREGATES == PRM_AGGREGATES == ("min", "last", "product", "mean")
+    assert tuple(schema.properties("rewards")["aggregate"]["enum"]) == AGGREGATES
+    assert tuple(schema.properties("eval")["prm_aggregate"]["enum"]) == AGGREGATES
 
 
 class FixedModel:
@@ -203,6 +249,10 @@ def test_rule_plus_prm_weighting_on_fixed_scores():
     assert rule_only.bound(4, 10, 10) == 0  # the PRM is not run at weight 0
     prm = FeedbackReward(FixedModel(steps), "prm", aggregate="product")
     assert prm([PROMPT] * 3, completions) == pytest.approx([0.18, 0.42, 0.0])
+    partial = FeedbackReward(FixedModel(steps), "rule+prm", aggregate="mean", weight=0.5)
+    # rule = [1, 0, 0]; mean = [0.55, 0.65, 0.0]: partial credit for the wrong completion
+    assert partial([PROMPT] * 3, completions, answer=answers) == pytest.approx(
+        [0.775, 0.325, 0.0])
     with pytest.raises(ValueError, match="answer"):
         reward([PROMPT], [GOOD])
     with pytest.raises(ValueError, match="weight"):
@@ -224,6 +274,8 @@ def test_scores_are_probabilities_batched_like_unbatched(prm_dir):
         assert b == pytest.approx(a, abs=1e-5)
     assert prm.score(prompts, completions, aggregate="last") == pytest.approx(
         [s[-1] if s else 0.0 for s in batched])
+    assert prm.score(prompts, completions, aggregate="mean") == pytest.approx(
+        [sum(s) / len(s) if s else 0.0 for s in batched])
     # A last line without the separator is scored as if it had one.
     assert prm.step_scores([PROMPT], [BAD])[0] == pytest.approx(batched[3], abs=1e-6)
 
@@ -345,7 +397,7 @@ def test_spec_validation_errors(prm_dir):
     with pytest.raises(ValueError, match="needs the 'prm' key"):
         build_model_reward({"type": "prm"})
     with pytest.raises(ValueError, match="aggregate"):
-        build_model_reward({"type": "prm", "prm": str(prm_dir), "aggregate": "mean"})
+        build_model_reward({"type": "prm", "prm": str(prm_dir), "aggregate": "median"})
     with pytest.raises(TypeError, match="unknown feedback-model option"):
         load_feedback_model(str(prm_dir), temperature=2)
 
@@ -509,8 +561,20 @@ def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path):
     assert record["model_flops"] == training["model_flops"] + record["flops"]["sampling"][
         "model_flops"]
     assert record["examples"]["heldout"] > 0 and record["heldout"]["all"]["steps"] > 0
+    # Per error family: AUC (None without steps) and count, next to the overall AUC.
+    assert set(record["auc_by_error"]) == set(record["steps_by_error"]) == set(LINE_ERRORS)
+    assert sum(record["steps_by_error"].values()) == round(
+        record["steps"] * (1 - record["positive_rate"]))
+    for family, n in record["steps_by_error"].items():
+        assert record["heldout"]["sampled_by_error"][family]["steps"] == n
+        auc = record["auc_by_error"][family]
+        assert (auc is None) if n == 0 or record["positive_rate"] == 0 else 0 <= auc <= 1
+    assert set(record["heldout"]["all_by_error"]) == set(LINE_ERRORS)
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     held = {s["prompt"] for s in samples if s["split"] == "heldout"}
+    assert all(len(s["errors"]) == len(s["labels"]) for s in samples)
+    assert all((e is None) == bool(y) for s in samples for e, y in zip(s["errors"], s["labels"],
+                                                                       strict=True))
     assert held and not held & {s["prompt"] for s in samples if s["split"] == "train"}
     # The trained PRM loads by ladder name and scores.
     prm = load_prm("nano", results_dir=str(tmp_path))

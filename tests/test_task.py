@@ -3,9 +3,11 @@ import json
 import pytest
 
 from race.data.task import (
+    LINE_ERRORS,
     Problem,
     TaskSpec,
     extract_answer,
+    line_errors,
     load_jsonl,
     make_splits,
     problem_of,
@@ -101,6 +103,75 @@ def test_all_steps_correct_iff_verified_on_sampled_variants():
         labels = step_labels(p, text)
         assert all(labels) is False
         assert not verify(text, p.answer) or i < len(lines) - 1
+
+
+@pytest.mark.parametrize("completion, errors", [
+    ("17+8=25\n25-5=20\n#### 20", [None, None, None]),
+    ("17+9=26\n26-5=21\n#### 21", ["operand", None, None]),  # operand copied off by one
+    ("17-8=9\n9-5=4\n#### 4", ["sign", None, None]),  # the other operation applied
+    ("17+8=26\n26-5=21\n#### 21", ["arithmetic", None, None]),  # result off by one
+    ("17+8=25\n24-5=19\n#### 19", [None, "copy", None]),  # not the previous result
+    ("17+8=25\n#### 25", [None, "truncated"]),  # the teacher's truncation
+    ("#### 20", ["truncated"]),  # no step at all, right number or not
+    ("17+8=25\n25-5=20\n#### 21", [None, None, "answer"]),
+    ("17+8=25\n25-5=20\n20+1=21\n#### 21", [None, None, "extra", "extra"]),
+    ("17+8=25\n25-5=20\n#### 20\n#### 20", [None, None, None, "extra"]),
+    ("17+8=25\n25-5=20\n#### 20\nmore text", [None, None, None, "extra"]),
+    ("17+8=25\n25-5=20\ngarbage", [None, None, "extra"]),  # past the length: extra first
+    ("garbage\n#### 20", ["format", "truncated"]),  # an unparsed line counts as a step
+    ("17+8=25\n25*5=20\n#### 25", [None, "format", None]),  # as step_labels: right answer
+    ("17+8=25\n25-5=20", [None, None]),  # no answer line: steps still named
+    ("", []),
+    # Several faults: the first wrong field, left to right (copy, sign, operand, arithmetic).
+    ("18-9=1\n1-5=-4\n#### -4", ["copy", None, None]),
+    ("17-9=25\n25-5=20\n#### 20", ["sign", None, None]),
+    ("17+9=25\n25-5=20\n#### 20", ["operand", None, None]),
+])
+def test_line_errors_name_each_family(completion, errors):
+    assert line_errors(PROBLEM, completion) == errors
+    assert [e is None for e in errors] == step_labels(PROBLEM, completion)
+    assert {e for e in errors} - {None} <= set(LINE_ERRORS)
+
+
+def test_line_errors_cover_every_family_once():
+    named = set()
+    for completion in ("17+9=26\n26-5=21\n#### 21", "17-8=9\n9-5=4\n#### 4",
+                       "17+8=26\n26-5=21\n#### 21", "17+8=25\n24-5=19\n#### 19",
+                       "17+8=25\n#### 25", "17+8=25\n25-5=20\n#### 21",
+                       "17+8=25\n25-5=20\n#### 20\nx", "x\n25-5=20\n#### 20"):
+        named |= set(line_errors(PROBLEM, completion)) - {None}
+    assert named == set(LINE_ERRORS)
+
+
+def test_line_errors_agree_with_step_labels_on_noisy_teacher_solutions():
+    """On teacher solutions every wrong line is named by the slip the teacher made (its
+    truncated answer line ``truncated``); on mangled ones None sits where the label is True."""
+    import random
+
+    from race.data.teacher import TeacherSpec, solution
+
+    spec = TeacherSpec(operand_slip=0.15, sign_slip=0.15, arithmetic_slip=0.15, truncate=0.5)
+    rng = random.Random(0)
+    splits = make_splits(SMALL)
+    problems = splits["train"][:300] + splits["eval_ood"]
+    seen = set()
+    for p in problems:
+        written = solution(p, spec, rng, SMALL.max_value)
+        text = written.text
+        errors = line_errors(p, text)
+        assert errors == [s.slip for s in written.steps] + (
+            ["truncated"] if written.truncated else [None])
+        assert [e is None for e in errors] == step_labels(p, text)
+        seen |= set(errors)
+        lines = text.split("\n")  # a mangled copy: a line dropped, repeated or garbled
+        i = rng.randrange(len(lines))
+        how = rng.choice(("drop", "repeat", "garble"))
+        lines[i:i + 1] = {"drop": [], "repeat": [lines[i]] * 2, "garble": ["1=+?"]}[how]
+        mangled = "\n".join(lines)
+        errors = line_errors(p, mangled)
+        assert [e is None for e in errors] == step_labels(p, mangled)
+        seen |= set(errors)
+    assert seen == {None, *LINE_ERRORS}
 
 
 def test_extract_answer():

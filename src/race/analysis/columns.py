@@ -39,7 +39,8 @@ LEDGER_COLUMNS = (
 )
 
 TARGET_LABELS = {
-    "in_pass1": "eval-in pass@1",
+    "in_pass1": "eval-in greedy pass@1",
+    "sampled_pass1": "eval-in sampled pass@1 (mean@k)",
     "ood_pass1": "eval-OOD pass@1",
     "maj_k": "maj@k",
     "prm_bon": "PRM best-of-n",

@@ -24,7 +24,8 @@ Two checks:
   first step), its operation and operand are the problem's next ones, and its arithmetic is
   right. The answer line is correct when it equals the last step's stated result and the number
   of steps equals the problem's. Hence "every label correct" is equivalent to a well-formed
-  solution whose answer is right.
+  solution whose answer is right. :func:`line_errors` names the error family of each wrong
+  line (:data:`LINE_ERRORS`), for the PRM's per-family held-out AUC.
 
 Any JSONL of ``{"prompt", "answer"}`` records plugs in through :func:`load_jsonl`, and a
 ``datasets`` id such as GSM8K through :func:`load_hf_split` (needs a reachable hub); both are
@@ -229,6 +230,94 @@ def step_labels(problem: Problem, completion: str) -> list[bool]:
         previous = c  # consistency is checked against the stated result, right or wrong
         n_steps += 1
     return labels
+
+
+#: Error families of a wrong line (:func:`line_errors`): the noisy teacher's slips
+#: (:data:`race.data.teacher.SLIPS`), then the other faults of a step, of an answer line, of
+#: a line's position, and of its format.
+LINE_ERRORS: tuple[str, ...] = ("operand", "sign", "arithmetic", "copy", "truncated", "answer",
+                                "extra", "format")
+
+
+def line_errors(problem: Problem, completion: str) -> list[str | None]:
+    """What is wrong with each line of ``completion``: one entry per line of
+    :func:`step_labels` (same lines, same length), None exactly where its label is True, else
+    the name of one family in :data:`LINE_ERRORS`:
+
+    ``operand``     a step whose operand is not the problem's next one;
+    ``sign``        a step whose operation is not the problem's next one;
+    ``arithmetic``  a step whose stated result is not ``a op b`` (of the numbers written);
+    ``copy``        a step whose left operand is not the previous stated result (the
+                    problem's first number for the first step);
+    ``truncated``   an answer line written after fewer steps than the problem has (the noisy
+                    teacher's systematic failure), whatever number it states;
+    ``answer``      an answer line, after as many steps as the problem has, that does not
+                    repeat the last stated result;
+    ``extra``       a line after the answer line, a line past the problem's number of steps,
+                    or an answer line after more steps than the problem has;
+    ``format``      a line that parses as neither a step nor an answer line.
+
+    Steps are counted as :func:`step_labels` counts them: every line before the answer line,
+    parsed or not. A line with several faults is named by the first that applies, in this
+    priority: ``extra`` (the line should not be there at all, whatever it says), ``format``,
+    then for an answer line ``truncated`` before ``answer``, and for a step the first wrong
+    field reading the line left to right -- ``copy`` (a), ``sign`` (op), ``operand`` (b),
+    ``arithmetic`` (c): a later field is checked against the numbers written before it, so
+    the earlier fault is the likelier cause (``17-8=25`` for ``17+8`` is a sign error). Each
+    slip of :mod:`race.data.teacher` is exactly one fault, so a teacher solution's lines are
+    named by the slip they carry, and its truncated answer line ``truncated``.
+    """
+    errors: list[str | None] = []
+    previous = problem.start
+    n_steps = 0
+    answered = False
+    for line in split_steps(completion):
+        if answered:
+            errors.append("extra")
+            continue
+        answer = _ANSWER_RE.match(line)
+        if answer:
+            answered = True
+            if n_steps > len(problem.ops):
+                errors.append("extra")
+            elif n_steps < len(problem.ops):
+                errors.append("truncated")
+            else:
+                errors.append(None if int(answer.group(1)) == previous else "answer")
+            continue
+        step = _STEP_RE.match(line)
+        if n_steps >= len(problem.ops):
+            errors.append("extra")
+        elif step is None:
+            errors.append("format")
+        else:
+            a, op, b, c = (int(step.group(1)), step.group(2), int(step.group(3)),
+                           int(step.group(4)))
+            want_op, want_b = problem.ops[n_steps]
+            faults = (("copy", a != previous), ("sign", op != want_op),
+                      ("operand", b != want_b),
+                      ("arithmetic", c != (a + b if op == "+" else a - b)))
+            errors.append(next((name for name, wrong in faults if wrong), None))
+        if step is not None:
+            previous = int(step.group(4))  # as step_labels: the stated result, right or wrong
+        n_steps += 1
+    return errors
+
+
+#: What went wrong in a completion (:func:`failure_kind`), in report order.
+FAILURES = ("correct", "format", "truncated", "other")
+
+
+def failure_kind(problem: Problem, completion: str) -> str:
+    """``correct``; ``format`` (no well-formed final answer line); ``truncated`` (the
+    systematic failure of the noisy teacher: an answer line after fewer steps than the problem
+    has); or ``other`` (a slip or any other wrong answer)."""
+    if verify(completion, problem.answer):
+        return "correct"
+    if extract_answer(completion) is None:
+        return "format"
+    n_steps = sum(1 for line in split_steps(completion) if _STEP_RE.match(line))
+    return "truncated" if n_steps < len(problem.ops) else "other"
 
 
 # --------------------------------------------------------------------------- other datasets

@@ -5,6 +5,13 @@ A snapshot is a base policy, or a base policy plus the LoRA adapter of a budget 
 with a 95% interval and its ``n`` = the number of prompts the interval is computed over):
 
 ``in_pass1``       greedy pass@1 on the first ``n_in`` eval-in prompts (Wilson interval).
+``sampled_pass1``  sampled pass@1 at the training temperature (``train_temperature``) as
+                   mean@k: ``sampled_k`` completions for each of the first ``sampled_prompts``
+                   eval-in prompts, the mean verdict, with a cluster-bootstrap interval over
+                   prompts. The RACE target of the default study: the accuracy GRPO optimises,
+                   resolved to a few points. Details carry pass@k (unbiased estimator), the
+                   share of samples with a well-formed answer line, and on the arithmetic task
+                   the share per failure kind (race.data.task.FAILURES).
 ``ood_pass1``      greedy pass@1 on the first ``n_ood`` eval-OOD prompts -- longer chains than
                    training, hence the larger ``max_new_tokens_ood`` (Wilson).
 ``maj_k``          ``k`` completions sampled at ``temperature`` for each of the first
@@ -18,7 +25,7 @@ with a 95% interval and its ``n`` = the number of prompts the interval is comput
 ``native_reward``  the cell's training reward (a ``rewards:`` entry through
                    :func:`race.feedback.rewards.build_reward`) on the first
                    ``native_prompts`` eval-in prompts, ``native_samples`` completions each at
-                   the training temperature:
+                   the training temperature (``train_temperature``):
                    the mean reward, with a cluster-bootstrap interval over prompts.
 
 FLOPs. Every number is charged to the ``eval`` phase and kept apart from the training budget.

@@ -11,15 +11,32 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from race.data.task import MARKER, Record, extract_answer, verify, verify_math
-from race.evaluation.metrics import best_index, bootstrap_interval, majority_index, mean, wilson
+from race.data.task import (
+    FAILURES,
+    MARKER,
+    Record,
+    extract_answer,
+    failure_kind,
+    is_arithmetic,
+    problem_of,
+    verify,
+    verify_math,
+)
+from race.evaluation.metrics import (
+    best_index,
+    bootstrap_interval,
+    majority_index,
+    mean,
+    pass_at_k,
+    wilson,
+)
 from race.evaluation.snapshot import Snapshot
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
 from race.study.specs import EvalSpec
 
 #: Seed salts: each sampled draw has its own random stream (see race.evaluation.evaluate).
-_SALT = {"pool": 3, "prm_bon": 4, "native_reward": 5}
+_SALT = {"pool": 3, "prm_bon": 4, "native_reward": 5, "sampled_pass1": 6}
 
 ZERO = PhaseFlops(0, 0, 0)
 
@@ -256,12 +273,44 @@ class Evaluator:
                               generation=self.pool_flops(pool, n), scoring=scoring,
                               wall_s=pool.wall_s + time.perf_counter() - t0, details=details)
 
+    def sampled_pass1(self) -> TargetResult:
+        """Sampled pass@1 at the training temperature, as mean@k over ``sampled_prompts``
+        prompts: the accuracy the policy's own samples reach (what GRPO optimises), resolved
+        to a few points by k samples per prompt. Its interval is the cluster bootstrap over
+        prompts. Details: pass@k (unbiased) from the same samples, the share of samples with a
+        well-formed answer line, and (arithmetic task) the share per failure kind."""
+        s = self.spec
+        records = self.eval_in[:s.sampled_prompts]
+        k = s.sampled_k
+        pool = self.sample_pool(records, k, max_new_tokens=s.max_new_tokens,
+                                temperature=s.train_temperature, salt=_SALT["sampled_pass1"])
+        t0 = time.perf_counter()
+        groups = [[float(self.is_correct(t, r.answer)) for t in texts]
+                  for r, texts in zip(records, pool.texts, strict=True)]
+        lo, hi = bootstrap_interval(groups, reps=s.bootstrap_reps, seed=s.seed)
+        texts = [t for group in pool.texts for t in group]
+        details = {
+            "samples_per_prompt": k, "temperature": s.train_temperature,
+            "max_new_tokens": s.max_new_tokens,
+            f"pass@{k}": mean([pass_at_k(k, int(sum(g)), k) for g in groups]),
+            "format_valid": mean([self.answer_key(t) is not None for t in texts]),
+        }
+        if all(is_arithmetic(r) for r in records):
+            kinds = [failure_kind(problem_of(r), t)
+                     for r, group in zip(records, pool.texts, strict=True) for t in group]
+            details["failures"] = {f: kinds.count(f) / len(kinds) for f in FAILURES}
+        return TargetResult(
+            mean([v for g in groups for v in g]), lo, hi, len(records), samples=len(texts),
+            interval="bootstrap", correct=int(sum(map(sum, groups))),
+            generation=batch_flops(self.snap.arch, pool.batches, self.snap.lora),
+            wall_s=pool.wall_s + time.perf_counter() - t0, details=details)
+
     def native_reward(self) -> TargetResult:
         s = self.spec
         records = self.eval_in[:s.native_prompts]
         m = s.native_samples
         pool = self.sample_pool(records, m, max_new_tokens=s.max_new_tokens,
-                                temperature=s.native_temperature, salt=_SALT["native_reward"])
+                                temperature=s.train_temperature, salt=_SALT["native_reward"])
         t0 = time.perf_counter()
         _consume(self.reward)
         completions = [t for texts in pool.texts for t in texts]
@@ -277,7 +326,7 @@ class Evaluator:
             mean(values), lo, hi, len(records), samples=len(values), interval="bootstrap",
             generation=batch_flops(self.snap.arch, pool.batches, self.snap.lora),
             scoring=scoring, wall_s=pool.wall_s + time.perf_counter() - t0,
-            details={"samples_per_prompt": m, "temperature": s.native_temperature,
+            details={"samples_per_prompt": m, "temperature": s.train_temperature,
                      "max_new_tokens": s.max_new_tokens,
                      "reward": getattr(self.reward, "__name__", type(self.reward).__name__)})
 
@@ -326,6 +375,8 @@ class Evaluator:
             results["in_pass1"] = self.pass1(self.eval_in[:s.n_in], s.max_new_tokens)
         if "ood_pass1" in s.targets and "ood_pass1" not in results:
             results["ood_pass1"] = self.pass1(self.eval_ood[:s.n_ood], s.max_new_tokens_ood)
+        if "sampled_pass1" in s.targets and "sampled_pass1" not in results:
+            results["sampled_pass1"] = self.sampled_pass1()
         if self.eval_in:
             results.update(self._sampled_targets())
         if "prm_bon" in s.targets and "prm_bon" not in results:  # no PRM

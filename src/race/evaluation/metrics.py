@@ -8,6 +8,10 @@ interval ``(lo, hi)``; sample order is the order in which completions were drawn
 * :func:`bootstrap_interval` -- percentile bootstrap of a mean over *groups* (one group per
   prompt): prompts are resampled with replacement, not single completions, because completions
   of the same prompt are correlated (a cluster bootstrap).
+* :func:`pass_at_k` -- the unbiased pass@k estimator of Chen et al. (2021) from n samples of
+  which c are correct: ``1 - C(n-c, k) / C(n, k)``, the chance that k of the n drawn without
+  replacement contain a correct one (the plain "any of the first k" is the same in expectation
+  but noisier). With k = 1 it is c / n, so mean@n pass@1 is ``pass_at_k(n, c, 1)``.
 * :func:`majority_index` -- the majority-vote pick of maj@k.
 * :func:`best_index` -- the pick of PRM best-of-n.
 """
@@ -75,6 +79,21 @@ def bootstrap_interval(groups: Sequence[Sequence[float]], reps: int = 2000,
     lo = means[int(math.floor(0.025 * (reps - 1)))]
     hi = means[int(math.ceil(0.975 * (reps - 1)))]
     return lo, hi
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` correct (module docstring); needs k <= n.
+
+    Known values: (n=16, c=0, k=16) -> 0; (16, 1, 16) -> 1; (16, 4, 1) -> 0.25;
+    (4, 1, 2) -> 0.5.
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: need 1 <= k <= n, got k={k}, n={n}")
+    if not 0 <= c <= n:
+        raise ValueError(f"pass_at_k: c must be in [0, {n}], got {c}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def majority_index(answers: Sequence[Hashable | None]) -> int | None:

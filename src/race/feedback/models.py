@@ -26,7 +26,7 @@ and all answer ``step_scores(prompts, completions) -> list[list[float]]``,
 
 Scores are probabilities in [0, 1]. Aggregation (:func:`race.feedback.scores.aggregate`):
 ``min`` (the weakest step), ``last`` (the last line: the answer line of a well-formed
-completion), ``product``.
+completion), ``product``, ``mean`` (partial credit).
 
 Defined scores and errors (bad input):
 

@@ -8,7 +8,9 @@ answer line ``#### n`` is a step like the others. The prompt itself may contain 
 (``"17+8=?\\n"``): the step positions are the *last* n separator tokens of the text.
 
 **Labels** come from the task's step checker (:func:`race.data.task.step_labels`), never from a
-model: 1 = the step is correct, 0 = it is not.
+model: 1 = the step is correct, 0 = it is not. Each wrong line also carries its error family
+(:func:`race.data.task.line_errors`), so the held-out AUC can be split by family
+(:func:`error_metrics`).
 
 **Examples** have a ``source``: ``sample`` (a completion sampled from a base policy: realistic
 mistakes), ``reference`` (the task's solution: every step correct) or ``corrupt`` (the reference
@@ -24,7 +26,15 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from race.data.task import MARKER, STEP_SEPARATOR, Problem, split_steps, step_labels
+from race.data.task import (
+    LINE_ERRORS,
+    MARKER,
+    STEP_SEPARATOR,
+    Problem,
+    line_errors,
+    split_steps,
+    step_labels,
+)
 
 #: Default probe for a PRM's vocabulary: every character the arithmetic task's text uses.
 PROBE_TEXT = "0123456789+-=?#\n 12+3=15\n15-4=11\n#### 11\n"
@@ -61,18 +71,23 @@ def step_positions(ids: Sequence[int], separator_id: int, n_steps: int) -> list[
 
 @dataclass(frozen=True)
 class Example:
-    """One labelled completion: ``labels[i]`` is the checker's verdict on line i."""
+    """One labelled completion: ``labels[i]`` is the checker's verdict on line i, ``errors[i]``
+    the error family of a wrong line i (None where the line is correct; ``()`` when unknown)."""
 
     prompt: str
     completion: str
     labels: tuple[bool, ...]
     source: str = "sample"
+    errors: tuple[str | None, ...] = ()
 
 
 def labelled(problem: Problem, prompt: str, completion: str, source: str) -> Example | None:
     """The example for one completion, or None when it has no line (nothing to label)."""
     labels = step_labels(problem, completion)
-    return Example(prompt, completion, tuple(labels), source) if labels else None
+    if not labels:
+        return None
+    return Example(prompt, completion, tuple(labels), source,
+                   tuple(line_errors(problem, completion)))
 
 
 def positive_rate(examples: Sequence[Example]) -> float:
@@ -240,6 +255,35 @@ def step_metrics(scores: Sequence[float], labels: Sequence[int], threshold: floa
         "steps": n,
         "positive_rate": sum(1 for y in labels if y) / n if n else float("nan"),
     }
+
+
+def error_metrics(scores: Sequence[float], labels: Sequence[int],
+                  errors: Sequence[str | None]) -> dict[str, dict]:
+    """Per error family F of :data:`race.data.task.LINE_ERRORS`: ``auc``, the AUC
+    (:func:`roc_auc`) of ``scores`` separating the correct steps from the wrong steps of family
+    F only (nan when there is no step of F or no correct step), and ``steps``, the number of
+    wrong steps of family F. ``errors[i]`` is step i's family (None for a correct step)."""
+    if not len(scores) == len(labels) == len(errors):
+        raise ValueError(f"{len(scores)} scores, {len(labels)} labels, {len(errors)} errors")
+    correct = [s for s, y in zip(scores, labels, strict=True) if y]
+    out = {}
+    for family in LINE_ERRORS:
+        wrong = [s for s, y, e in zip(scores, labels, errors, strict=True)
+                 if not y and e == family]
+        out[family] = {"auc": roc_auc(correct + wrong, [1] * len(correct) + [0] * len(wrong)),
+                       "steps": len(wrong)}
+    return out
+
+
+def step_errors(examples: Sequence[Example]) -> list[str | None]:
+    """Per labelled step of ``examples`` (in order), its error family (None: correct)."""
+    out: list[str | None] = []
+    for e in examples:
+        if len(e.errors) != len(e.labels):
+            raise ValueError(f"{len(e.labels)} labels but {len(e.errors)} error families for "
+                             f"{e.completion!r} (build examples with labelled())")
+        out += e.errors
+    return out
 
 
 # --------------------------------------------------------------------------- building the set

@@ -19,10 +19,12 @@ from race.feedback.prm_data import (
     answer_line_flags,
     build_examples,
     encode,
+    error_metrics,
     positive_rate,
     sample_completions,
     shared_tokenizer,
     split_prompts,
+    step_errors,
     step_metrics,
 )
 from race.flops import analytic as flops
@@ -145,13 +147,17 @@ def heldout_metrics(model, tokenizer, examples: list[Example]) -> dict:
     """Step metrics (:func:`race.feedback.prm_data.step_metrics`) of held-out examples: ``sampled``
     (the policies' completions: what the PRM scores in RL), ``sampled_no_answer`` (their
     step lines only: the answer line is correct whenever it repeats the last stated result,
-    an easy positive) and ``all`` (synthetic examples included)."""
+    an easy positive) and ``all`` (synthetic examples included); and, per error family of
+    :data:`race.data.task.LINE_ERRORS`, the AUC of correct vs that family's wrong steps and
+    their number (``sampled_by_error``, ``all_by_error``:
+    :func:`race.feedback.prm_data.error_metrics`)."""
     sampled = [e for e in examples if e.source == "sample"]
     out = {}
     for key, subset in (("sampled", sampled), ("all", examples)):
         scores, labels = predict(model, [encode(tokenizer, e) for e in subset],
                                  tokenizer.pad_token_id) if subset else ([], [])
         out[key] = step_metrics(scores, labels)
+        out[f"{key}_by_error"] = error_metrics(scores, labels, step_errors(subset))
         if key == "sampled":
             keep = [not a for a in answer_line_flags(subset)]
             out["sampled_no_answer"] = step_metrics(
@@ -182,12 +188,15 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
        :func:`init_classifier`) -- is fully fine-tuned for ``steps`` AdamW steps, loss =
        cross-entropy at the step separators only;
     5. held-out step AUC and accuracy at 0.5, on the policies' samples (``auc``,
-       ``accuracy``: what the PRM scores in RL) and on every held-out example (``all``).
+       ``accuracy``: what the PRM scores in RL) and on every held-out example (``all``);
+       per error family of the wrong steps (:func:`race.data.task.line_errors`), the AUC of
+       correct vs that family's steps of the samples (``auc_by_error``, None for a family
+       without steps) and their number (``steps_by_error``).
 
     Output: ``model.safetensors`` + ``config.json`` + tokenizer (``save_pretrained``),
     ``prm.json`` (metrics, the ``pre`` FLOPs of sampling and of training, model and executed,
     tokens, wall seconds, the spec) and ``samples.jsonl`` (every example with its labels,
-    source and split). Deterministic for a seed (and thread count).
+    error families, source and split). Deterministic for a seed (and thread count).
     """
     from race.data.task import load_jsonl, write_jsonl
     from race.policy.ladder import count_parameters
@@ -223,7 +232,8 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
     tokenizer.save_pretrained(out)
     write_jsonl(out / "samples.jsonl", (
         {"prompt": e.prompt, "completion": e.completion, "labels": [int(x) for x in e.labels],
-         "source": e.source, "split": "heldout" if e.prompt in held else "train"}
+         "errors": list(e.errors), "source": e.source,
+         "split": "heldout" if e.prompt in held else "train"}
         for e in examples))
     training = fitted["training"]
     params, non_embedding = count_parameters(model)
@@ -238,6 +248,8 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
         "accuracy": metrics["sampled"]["accuracy"],
         "steps": metrics["sampled"]["steps"],
         "positive_rate": metrics["sampled"]["positive_rate"],
+        "auc_by_error": {f: m["auc"] for f, m in metrics["sampled_by_error"].items()},
+        "steps_by_error": {f: m["steps"] for f, m in metrics["sampled_by_error"].items()},
         "heldout": metrics,
         "examples": {"train": len(train_ex), "heldout": len(test_ex),
                      **{s: sum(e.source == s for e in examples) for s in

@@ -105,7 +105,8 @@ def fused_head_is_compact() -> bool:
 
 def grpo_config(job, max_steps: int):
     """The TRL config of a :class:`race.study.jobs.TrainJob`: one generation batch per
-    optimizer step, constant LR, weights in ``job.dtype`` (bf16 autocast when bfloat16)."""
+    optimizer step, LR constant after ``warmup_steps``, weights in ``job.dtype`` (bf16 autocast
+    when bfloat16)."""
     from trl import GRPOConfig
 
     a = job.alloc
@@ -123,8 +124,13 @@ def grpo_config(job, max_steps: int):
         top_p=1.0,
         beta=a.beta,
         learning_rate=a.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
+        # Warmup counted in steps, then constant: the LR at step t does not depend on the run's
+        # length, so the run to the top rung passes every smaller rung exactly as its own run.
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=a.warmup_steps,
+        scale_rewards=a.scale_rewards,
+        loss_type=a.loss_type,
+        max_grad_norm=a.max_grad_norm,
         max_steps=max_steps,
         seed=job.seed,
         data_seed=job.seed,

@@ -19,8 +19,9 @@ from race.study.cells import ConfigError, prm_dir
 from race.study.schema import default
 
 #: Evaluation targets, in report order (``eval.targets`` names a subset; null means all).
-TARGETS: tuple[str, ...] = ("in_pass1", "ood_pass1", "maj_k", "prm_bon", "native_reward")
-PRM_AGGREGATES = ("min", "last", "product")
+TARGETS: tuple[str, ...] = ("in_pass1", "sampled_pass1", "ood_pass1", "maj_k", "prm_bon",
+                             "native_reward")
+PRM_AGGREGATES = ("min", "last", "product", "mean")
 
 
 def _from_section(cls, section: dict | None, name: str):
@@ -64,6 +65,11 @@ class Allocation:
     learning_rate: float = _train("learning_rate")  # constant: nested rungs need it
     beta: float = _train("beta")  # KL coefficient; > 0 adds a reference forward
     temperature: float = _train("temperature")
+    # Shared by every allocation (training: only): the optimiser recipe.
+    warmup_steps: int = _train("warmup_steps")  # linear warmup in optimizer steps, then constant
+    scale_rewards: str = _train("scale_rewards")  # TRL: group | batch | none
+    loss_type: str = _train("loss_type")  # TRL: grpo | bnpo | dr_grpo | dapo
+    max_grad_norm: float = _train("max_grad_norm")
 
     def __post_init__(self):
         if self.num_generations < 2:
@@ -94,7 +100,8 @@ def allocation(config: dict, name: str) -> Allocation:
     entry = dict(config["allocations"][name])
     for key in ("learning_rate", "beta", "temperature", "max_completion_length"):
         entry.setdefault(key, shared[key])
-    entry["lora_targets"] = tuple(shared["lora_targets"])
+    for key in ("lora_targets", "warmup_steps", "scale_rewards", "loss_type", "max_grad_norm"):
+        entry[key] = shared[key]
     try:
         return Allocation(**entry)
     except ValueError as exc:
@@ -124,7 +131,9 @@ class EvalSpec:
     temperature: float = _eval("temperature")
     native_prompts: int = _eval("native_prompts")
     native_samples: int = _eval("native_samples")
-    native_temperature: float = _eval("native_temperature")  # each cell's training temperature
+    train_temperature: float = _eval("train_temperature")  # each cell's training temperature
+    sampled_prompts: int = _eval("sampled_prompts")
+    sampled_k: int = _eval("sampled_k")
     prm: str | None = _eval("prm")
     prm_aggregate: str = _eval("prm_aggregate")
     verifier: str = _eval("verifier")
@@ -145,11 +154,11 @@ class EvalSpec:
         object.__setattr__(self, "targets", targets)
         for name in ("n_in", "n_ood", "max_new_tokens", "max_new_tokens_ood", "sample_prompts",
                      "k", "bon_n", "native_prompts", "native_samples", "batch_size",
-                     "bootstrap_reps"):
+                     "bootstrap_reps", "sampled_prompts", "sampled_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"eval.{name}: must be an integer >= 1, got {value!r}")
-        for name in ("temperature", "native_temperature"):
+        for name in ("temperature", "train_temperature"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"eval.{name}: must be > 0, got {getattr(self, name)!r}")
         choices = {"prm_aggregate": PRM_AGGREGATES, "verifier": ("task", "math"),
