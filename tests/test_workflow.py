@@ -1,5 +1,6 @@
 """The Snakemake study, driven from pytest in a temporary copy of the workflow."""
 
+import json
 import shutil
 import sqlite3
 import subprocess
@@ -103,7 +104,7 @@ def test_smoke_study_end_to_end(tmp_path):
     assert (trained["stage"] == "full").sum() == n_grid * len(config["budgets"])
     assert not trained.duplicated(["cell", "budget"]).any()  # one row per cell x rung
     assert (trained["flops_total"] <= trained["budget"]).all()
-    assert (trained[trained["reward"] == "prm"]["flops_reward"] > 0).all()
+    assert (trained[trained["reward"] == "rule+prm"]["flops_reward"] > 0).all()
     assert (trained[trained["reward"] == "rule"]["flops_reward"] == 0).all()
     cells = set(trained["cell"])
     db = sqlite3.connect(wd / "results" / "mlflow" / "mlflow.db")
@@ -119,6 +120,11 @@ def test_smoke_study_end_to_end(tmp_path):
     assert all(n == distinct for n, distinct in evals.values())  # no (key, step) twice
     for name in ("report.md", "frontier.csv", "regime.csv"):
         assert (wd / "reports" / name).exists()
+    # The noisy teacher wrote the base policies' solutions; sampled pass@1 ran everywhere.
+    pre = json.loads((wd / "results" / "base" / "size~nano" / "pre.json").read_text())
+    written = pre["teacher"]["written"]
+    assert written["truncated"] > 0.5 * written["eligible_for_truncation"]
+    assert runs["acc_sampled_pass1"].notna().all() and (runs["n_sampled_pass1"] == 8).all()
     figures = sorted(p.name for p in (wd / "reports" / "figures").glob("*.png"))
     assert len(figures) == 6
 
