@@ -420,6 +420,24 @@ def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
         assert math.isclose(lo[0].value, payload["targets"][target]["lo"])
 
 
+def test_snapshots_run_their_own_targets(root, tmp_path):
+    """eval.search_at: base_and_top: a rung below the top leaves out maj_k and prm_bon."""
+    from race.evaluation.evaluate import run_evaluation
+
+    low, top = tmp_path / "low" / "eval.json", tmp_path / "top" / "eval.json"
+    job = EvalJob(policy=str(root / "base"), data_dir=str(root / "data"),
+                  snapshots=[EvalSnapshot(None, str(low), ["in_pass1", "sampled_pass1"]),
+                             EvalSnapshot(None, str(top))],
+                  spec=SMALL.with_overrides(targets=("in_pass1", "sampled_pass1", "maj_k")),
+                  study="t")
+    written = dict(run_evaluation(job))
+    assert list(written[str(low)]["targets"]) == ["in_pass1", "sampled_pass1"]
+    assert list(written[str(top)]["targets"]) == ["in_pass1", "sampled_pass1", "maj_k"]
+    # The same draws either way: a target's samples do not depend on which others run.
+    assert (written[str(low)]["targets"]["sampled_pass1"]["acc"]
+            == written[str(top)]["targets"]["sampled_pass1"]["acc"])
+
+
 def test_cli_base_policy(root, tmp_path, capsys):
     from race.cli import main
 

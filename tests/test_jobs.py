@@ -7,7 +7,7 @@ import pytest
 
 from race.study import cells as C
 from race.study import jobs
-from race.study.config import load_config
+from race.study.config import check_config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,6 +50,21 @@ def test_one_evaluation_job_per_cell_covers_its_rungs(smoke):
     assert [s.out for s in jobs.eval_job(smoke, validation_only).snapshots] == [
         str(C.rung_dir(C.run_dir(smoke, validation_only), C.validation_budget(smoke))
             / "eval.json")]
+
+
+def test_search_targets_only_at_the_top_rung(smoke):
+    config = {**smoke, "eval": {**smoke["eval"], "search_at": "base_and_top"}}
+    cell = C.grid_cells(config)[0]
+    snapshots = jobs.eval_job(config, cell).snapshots
+    below = [t for t in smoke["eval"]["targets"] if t not in ("maj_k", "prm_bon")]
+    assert [s.targets for s in snapshots] == [below] * (len(smoke["budgets"]) - 1) + [None]
+    one = jobs.job_for_cell("evaluate", config, cell.key, budget=smoke["budgets"][0])
+    assert one.snapshots[0].targets == below
+    assert all(s.targets is None for s in jobs.eval_job(smoke, cell).snapshots)
+    assert jobs.base_eval_job(config, cell.size).snapshots[0].targets is None
+    bad = {**config, "race": {**config["race"], "targets": ["maj_k"]}}
+    with pytest.raises(C.ConfigError, match=r"race.targets\[0\]: maj_k runs only at the top"):
+        check_config(bad)
 
 
 @pytest.mark.parametrize("verb, key, budget, message", [

@@ -192,6 +192,21 @@ def test_missing_cells_are_reported():
     assert f.loc[1e11, "best"] == "nano/base" and f.loc[1e11, "n_candidates"] == 3
 
 
+def test_search_targets_below_the_top_rung_are_not_run_by_design():
+    """eval.search_at: base_and_top: maj_k's NaNs between the base and a cell's top rung are
+    not missing; at the top rung they are."""
+    df = table(KNOWN)
+    df["acc_maj_k"] = 0.5
+    top = df.groupby(["size", "reward", "alloc", "seed"])["budget"].transform("max")
+    df.loc[(df["budget"] > 0) & (df["budget"] < top), "acc_maj_k"] = np.nan
+    df.loc[(df["size"] == "nano") & (df["alloc"] == "base") & (df["budget"] == top),
+           "acc_maj_k"] = np.nan  # a real gap at the top rung
+    by_design = missing_cells(df, [T, "maj_k"], search_only_at_top=True)
+    assert by_design[["size", "alloc", "target"]].values.tolist() == [["nano", "base", "maj_k"]]
+    every_rung = missing_cells(df, [T, "maj_k"])
+    assert len(every_rung) == int(df["acc_maj_k"].isna().sum()) > 1
+
+
 # ----------------------------------------------------------------------------------------------
 # RACE protocol
 

@@ -382,15 +382,23 @@ def regime_table(df: pd.DataFrame, targets: list[str] | None = None,
 MISSING_COLUMNS = ["stage", "size", "reward", "alloc", "seed", "budget", "target", "reason"]
 
 
-def missing_cells(df: pd.DataFrame, targets: list[str] | None = None) -> pd.DataFrame:
+def missing_cells(df: pd.DataFrame, targets: list[str] | None = None,
+                  search_only_at_top: bool = False) -> pd.DataFrame:
     """Rows a stage's grid implies but the table lacks, and accuracies that are NaN.
 
     Within each stage, every (size, reward, alloc) seen there is expected at every seed and every
     budget seen in that stage. ``reason`` is "no row" (``target`` = "all") or "NaN acc_<t>".
     (A validation grid holds only the selected configs: an unselected config is absent at every
-    budget and is not "missing".)
+    budget and is not "missing".) With ``search_only_at_top`` (``eval.search_at:
+    base_and_top``) the search targets (race.study.specs.SEARCH_TARGETS) are not run between
+    the base policy and a cell's top rung (its largest budget in the whole table), so their
+    NaNs there are by design, not missing.
     """
+    from race.study.specs import SEARCH_TARGETS
+
     targets = targets_in(df, targets)
+    top = df.groupby(CELL_KEYS)["budget"].transform("max")
+    not_run = (df["budget"] > 0) & (df["budget"] < top)
     out = []
     for stage, g in split_stages(df).items():
         configs = g[CONFIG_KEYS].drop_duplicates().itertuples(index=False, name=None)
@@ -404,6 +412,8 @@ def missing_cells(df: pd.DataFrame, targets: list[str] | None = None) -> pd.Data
                         out.append((stage, size, reward, alloc, seed, budget, "all", "no row"))
         for t in targets:
             nan = g[g[f"acc_{t}"].isna()]
+            if search_only_at_top and t in SEARCH_TARGETS:
+                nan = nan[~not_run.loc[nan.index]]
             for size, reward, alloc, seed, budget in nan[ROW_KEYS].itertuples(index=False,
                                                                                 name=None):
                 out.append((stage, size, reward, alloc, seed, budget, t, f"NaN acc_{t}"))

@@ -206,8 +206,10 @@ class Report:
 
 
 def analyse(runs: pd.DataFrame, targets: list[str] | None = None,
-            study: str = "unnamed study") -> Report:
-    """Every table of the report from a normalised runs table (all stages); no I/O."""
+            study: str = "unnamed study", search_only_at_top: bool = False) -> Report:
+    """Every table of the report from a normalised runs table (all stages); no I/O.
+    ``search_only_at_top``: the study ran maj_k / prm_bon only at the base policy and each
+    cell's top rung (``eval.search_at: base_and_top``)."""
     runs = sort_runs(runs)
     targets = targets_in(runs, targets)
     if not targets:
@@ -219,7 +221,7 @@ def analyse(runs: pd.DataFrame, targets: list[str] | None = None,
         study=study, runs=runs, targets=targets, summary=summary,
         frontier=frontier_table(runs, targets, summary),
         regime=regime_table(runs, targets, summary),
-        missing=missing_cells(runs, targets),
+        missing=missing_cells(runs, targets, search_only_at_top),
         points=rung_points(runs, targets),
         fits=fit_table(runs, targets),
         rankings=(rank_pilot(pilot, targets) if pilot is not None
@@ -386,7 +388,8 @@ def write_reports(runs_csv: str | Path, out_dir: str | Path,
     wanted = list(section.get("targets") or []) if isinstance(section, Mapping) else []
     available = targets_in(runs)
     targets = [t for t in wanted if t in available] or available
-    rep = analyse(runs, targets, study_name(cfg, runs))
+    search_at = section.get("search_at") if isinstance(section, Mapping) else None
+    rep = analyse(runs, targets, study_name(cfg, runs), search_at == "base_and_top")
     rep.targets_not_evaluated = [t for t in wanted if t not in available]
     paths = write_tables(rep, out)
     figs = figures.write_all(rep.figure_data(), out / FIGURE_DIR)

@@ -165,12 +165,15 @@ def _sharing_note(spec: EvalSpec) -> str:
 
 
 def run_evaluation(job):
-    """``race evaluate``: every snapshot of a :class:`race.study.jobs.EvalJob`, one after the
-    other in this process (the policy is reloaded per snapshot: merging an adapter changes its
-    weights). Yields ``(eval.json path, payload)`` as each is written; with live MLflow the
-    metrics also go to the cell's run at the rung's training step."""
+    """``race evaluate``: every snapshot of a :class:`race.study.jobs.EvalJob` (each on its own
+    targets when the snapshot names them), one after the other in this process (the policy is
+    reloaded per snapshot: merging an adapter changes its weights). Yields ``(eval.json path,
+    payload)`` as each is written; with live MLflow the metrics also go to the cell's run at
+    the rung's training step."""
     for snapshot in job.snapshots:
-        payload = evaluate(job.policy, job.data_dir, snapshot.out, job.spec,
+        spec = job.spec if snapshot.targets is None else job.spec.with_overrides(
+            targets=tuple(snapshot.targets))
+        payload = evaluate(job.policy, job.data_dir, snapshot.out, spec,
                            adapter=snapshot.adapter, reward=job.reward, prm=job.prm,
                            results_dir=job.results_dir, dtype=job.dtype)
         if job.mlflow is not None and job.mlflow.enabled and snapshot.adapter is not None:

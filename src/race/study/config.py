@@ -21,7 +21,7 @@ from race.data.teacher import TeacherSpec
 from race.policy.ladder import LADDER_DIALS
 from race.study.cells import ConfigError, cell_key, is_ladder
 from race.study.schema import SCHEMA
-from race.study.specs import TARGETS, allocation
+from race.study.specs import SEARCH_TARGETS, TARGETS, allocation
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -216,6 +216,11 @@ def check_config(config: dict) -> dict:
             raise ConfigError(f"budgets[{i}]: rungs must be strictly increasing "
                               f"({budgets[i - 1]:.3g} then {budgets[i]:.3g})")
     _unique(config["seeds"], "seeds")
+    if config["eval"].get("search_at") == "base_and_top":
+        for i, target in enumerate(config["race"].get("targets") or []):
+            if target in SEARCH_TARGETS:
+                raise ConfigError(f"race.targets[{i}]: {target} runs only at the top rung with "
+                                  "eval.search_at: base_and_top, so the pilot rungs have none")
     teacher = config.get("teacher") or {}
     if teacher.get("noisy", True) and config["task"].get("kind", "arithmetic") != "arithmetic" \
             and any(is_ladder(s) for s in config["sizes"]):

@@ -32,6 +32,7 @@ from race.data.teacher import TeacherSpec
 from race.study import cells as C
 from race.study.schema import default
 from race.study.specs import (
+    SEARCH_TARGETS,
     Allocation,
     EvalSpec,
     MlflowSpec,
@@ -97,6 +98,7 @@ class Snapshot:
 
     adapter: str | None
     out: str
+    targets: list[str] | None = None  # None: every target of the job's spec
 
 
 @dataclass
@@ -207,7 +209,13 @@ def eval_job(config: dict, cell: C.Cell, budget: float | None = None) -> EvalJob
                                 f"({', '.join(C.format_budget(b) for b in rungs)})")
         rungs = [float(budget)]
     run = C.run_dir(config, cell)
-    snapshots = [Snapshot(str(C.rung_dir(run, b)), str(C.rung_dir(run, b) / "eval.json"))
+    top = max(C.evaluated_rungs(config, cell))
+    spec = EvalSpec.from_config(config["eval"])
+    # Below the top rung, eval.search_at: base_and_top leaves out maj_k and prm_bon.
+    below_top = ([t for t in spec.targets if t not in SEARCH_TARGETS]
+                 if spec.search_at == "base_and_top" else None)
+    snapshots = [Snapshot(str(C.rung_dir(run, b)), str(C.rung_dir(run, b) / "eval.json"),
+                          None if float(b) == float(top) else below_top)
                  for b in rungs]
     return _eval_job(config, C.base_dir(config, cell.size), snapshots, cell.reward,
                      allocation(config, cell.alloc).temperature, str(run))

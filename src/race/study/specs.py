@@ -21,6 +21,9 @@ from race.study.schema import default
 #: Evaluation targets, in report order (``eval.targets`` names a subset; null means all).
 TARGETS: tuple[str, ...] = ("in_pass1", "sampled_pass1", "ood_pass1", "maj_k", "prm_bon",
                              "native_reward")
+#: Test-time search targets: with ``eval.search_at: base_and_top`` they run only on the base
+#: policy and each cell's top rung.
+SEARCH_TARGETS: tuple[str, ...] = ("maj_k", "prm_bon")
 PRM_AGGREGATES = ("min", "last", "product", "mean")
 
 
@@ -142,6 +145,7 @@ class EvalSpec:
     merge_adapter: bool = _eval("merge_adapter")
     attn_implementation: str = _eval("attn_implementation")
     bootstrap_reps: int = _eval("bootstrap_reps")
+    search_at: str = _eval("search_at")  # every_rung | base_and_top (maj_k, prm_bon)
 
     def __post_init__(self) -> None:
         targets = TARGETS if not self.targets else tuple(self.targets)
@@ -162,7 +166,8 @@ class EvalSpec:
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"eval.{name}: must be > 0, got {getattr(self, name)!r}")
         choices = {"prm_aggregate": PRM_AGGREGATES, "verifier": ("task", "math"),
-                   "attn_implementation": ("sdpa", "eager")}
+                   "attn_implementation": ("sdpa", "eager"),
+                   "search_at": ("every_rung", "base_and_top")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"eval.{name}: must be one of {allowed}, got "
@@ -183,7 +188,16 @@ def eval_targets(config: dict) -> list[str]:
 
 
 def race_targets(config: dict) -> list[str]:
-    return list(config["race"].get("targets") or eval_targets(config))
+    """Targets the RACE pilot ranks: ``race.targets``, else every evaluated target (without
+    the search targets when they run only at the top rung: the pilot rungs have none)."""
+    if config["race"].get("targets"):
+        return list(config["race"]["targets"])
+    return [t for t in eval_targets(config) if not search_only_at_top(config)
+            or t not in SEARCH_TARGETS]
+
+
+def search_only_at_top(config: dict) -> bool:
+    return config["eval"].get("search_at", default("eval", "search_at")) == "base_and_top"
 
 
 # --------------------------------------------------------------------------- base policies
