@@ -273,6 +273,16 @@ class Evaluator:
                               generation=self.pool_flops(pool, n), scoring=scoring,
                               wall_s=pool.wall_s + time.perf_counter() - t0, details=details)
 
+    def _training_pool(self, n_prompts: int, per_prompt: int,
+                       target: str) -> tuple[list[Record], SamplePool]:
+        """``per_prompt`` samples of the first ``n_prompts`` eval-in prompts at the training
+        temperature, on ``target``'s own random stream."""
+        records = self.eval_in[:n_prompts]
+        return records, self.sample_pool(records, per_prompt,
+                                         max_new_tokens=self.spec.max_new_tokens,
+                                         temperature=self.spec.train_temperature,
+                                         salt=_SALT[target])
+
     def sampled_pass1(self) -> TargetResult:
         """Sampled pass@1 at the training temperature, as mean@k over ``sampled_prompts``
         prompts: the accuracy the policy's own samples reach (what GRPO optimises), resolved
@@ -280,10 +290,8 @@ class Evaluator:
         prompts. Details: pass@k (unbiased) from the same samples, the share of samples with a
         well-formed answer line, and (arithmetic task) the share per failure kind."""
         s = self.spec
-        records = self.eval_in[:s.sampled_prompts]
         k = s.sampled_k
-        pool = self.sample_pool(records, k, max_new_tokens=s.max_new_tokens,
-                                temperature=s.train_temperature, salt=_SALT["sampled_pass1"])
+        records, pool = self._training_pool(s.sampled_prompts, k, "sampled_pass1")
         t0 = time.perf_counter()
         groups = [[float(self.is_correct(t, r.answer)) for t in texts]
                   for r, texts in zip(records, pool.texts, strict=True)]
@@ -307,10 +315,8 @@ class Evaluator:
 
     def native_reward(self) -> TargetResult:
         s = self.spec
-        records = self.eval_in[:s.native_prompts]
         m = s.native_samples
-        pool = self.sample_pool(records, m, max_new_tokens=s.max_new_tokens,
-                                temperature=s.train_temperature, salt=_SALT["native_reward"])
+        records, pool = self._training_pool(s.native_prompts, m, "native_reward")
         t0 = time.perf_counter()
         _consume(self.reward)
         completions = [t for texts in pool.texts for t in texts]
