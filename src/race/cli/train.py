@@ -1,7 +1,7 @@
 """``race train``: one metered GRPO run of a study cell to its FLOP budget (see race.grpo.run).
 
     race train --job JSON
-    race train --config config.yaml --cell size~nano/reward~rule/alloc~base/seed~0
+    race train --config config.yaml --cell size~nano/reward~rule/alloc~g8/seed~0
 """
 
 from __future__ import annotations
