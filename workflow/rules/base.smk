@@ -15,6 +15,7 @@ rule base:
         job=lambda w: J.to_json(J.pretrain_job(STUDY, w.size)),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
+    priority: lambda w: larger_first(w.size)
     log:
         "logs/base/size~{size}.log",
     benchmark:

@@ -34,6 +34,12 @@ wildcard_constraints:
     budget=r"[0-9.e+-]+",
 
 
+def larger_first(size):
+    """Scheduling priority of a ladder size's model job: the largest size starts first, so the
+    longest pretraining (and PRM training) is not the last one to begin."""
+    return LADDER.index(size) if size in LADDER else 0
+
+
 def in_results(path):
     """``path`` (relative, may hold wildcards) under the study's results directory."""
     return os.path.join(R, path)

@@ -15,6 +15,7 @@ rule prm:
         job=lambda w: J.to_json(J.prm_job(STUDY, w.prm)),
     wildcard_constraints:
         prm="|".join(PRMS) or "^$",
+    priority: lambda w: larger_first(w.prm)
     log:
         "logs/prm/size~{prm}.log",
     benchmark:
