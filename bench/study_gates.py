@@ -1,0 +1,73 @@
+"""Issue-21 gates B and C from a finished study's tables (reports/ after `make run`).
+
+    python bench/study_gates.py [reports] [--alloc g8]
+
+For the rule reward and sampled pass@1: base -> top-rung accuracy [95% interval] and Spearman
+rho over rungs per size (default allocation); each fit's C_mid and held-out top-rung error; the
+validation seeds' spread per config; per reward, how many (size, rung) regime cells have a
+decided allocation (z >= 2); and rule+prm vs rule at the top rung per size and allocation.
+"""
+
+import argparse
+
+import pandas as pd
+from scipy.stats import spearmanr
+
+T = "sampled_pass1"
+SIZES = ["nano", "micro", "mini"]
+
+
+def interval(row) -> str:
+    return f"{row[f'acc_{T}']:.3f} [{row[f'acc_{T}_lo']:.3f}, {row[f'acc_{T}_hi']:.3f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reports", nargs="?", default="reports")
+    parser.add_argument("--alloc", default="g8", help="the default allocation (race.baseline)")
+    args = parser.parse_args()
+    runs = pd.read_csv(f"{args.reports}/runs.csv")
+    regime = pd.read_csv(f"{args.reports}/regime.csv")
+    fits = pd.read_csv(f"{args.reports}/fits.csv")
+    full = runs[runs.stage == "full"]
+    top = runs["budget"].max()
+    print(f"== gate B: rule reward, alloc {args.alloc}, {T}")
+    for size in SIZES:
+        cell = full[(full["size"] == size) & (full.reward == "rule")
+                    & (full.alloc == args.alloc)].sort_values("budget")
+        base, last = cell.iloc[0], cell.iloc[-1]
+        accs = list(cell[f"acc_{T}"])
+        rho = spearmanr(range(len(accs)), accs).statistic
+        gain = 100 * (last[f"acc_{T}"] - base[f"acc_{T}"])
+        print(f"{size}: base {interval(base)} -> top {interval(last)} gain {gain:+.1f} pts, "
+              f"disjoint {last[f'acc_{T}_lo'] > base[f'acc_{T}_hi']}, "
+              f"rungs {[round(a, 3) for a in accs]}, spearman {rho:.2f}")
+    f = fits[(fits.reward == "rule") & (fits.target == T)]
+    print(f[["size", "alloc", "status", "C_mid", "holdout_error_points"]].to_string(index=False))
+    lo = runs[runs.budget > 0].budget.min()
+    inside = sorted(set(f[(f.C_mid >= lo) & (f.C_mid <= top)]["size"]))
+    ok = int((f.holdout_error_points.abs() <= 5).sum())
+    print(f"C_mid inside the rungs for {inside}; held-out |error| <= 5 points: {ok} of "
+          f"{int(f.holdout_error_points.notna().sum())}")
+    print(f"== validation seeds ({T} at the validation budget)")
+    for (size, reward, alloc), g in runs[runs.stage == "validation"].groupby(
+            ["size", "reward", "alloc"]):
+        v = g.sort_values("seed")[f"acc_{T}"].tolist()
+        print(f"  {size}/{reward}/{alloc}: {[round(x, 3) for x in v]} "
+              f"spread {100 * (max(v) - min(v)):.1f} pts")
+    print(f"== gate C: decided regime cells ({T}, budget > 0)")
+    for reward, g in regime[(regime.target == T) & (regime.budget > 0)].groupby("reward"):
+        won = ", ".join(f"{r['size']}@{r.budget:.2g}:{r.best_alloc} (z={r.gap_z:.1f})"
+                        for _, r in g[g.decided].iterrows())
+        print(f"  {reward}: {int(g.decided.sum())} of {len(g)} decided; {won}")
+    print("== rule+prm vs rule at the top rung")
+    at_top = full[full.budget == top]
+    for size in SIZES:
+        table = at_top[at_top["size"] == size].pivot_table(
+            index="alloc", columns="reward", values=f"acc_{T}")
+        print(f"  {size}: {table.round(3).to_dict('index')}; best rule "
+              f"{table['rule'].max():.3f}, best rule+prm {table['rule+prm'].max():.3f}")
+
+
+if __name__ == "__main__":
+    main()
