@@ -1,6 +1,8 @@
 """``race mlflow-log``: one MLflow run per cell, nothing logged twice, live runs completed."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,110 @@ def test_mirror_names_a_missing_evaluation(config):
     missing.unlink()
     with pytest.raises(FileNotFoundError, match="missing evaluation"):
         mirror_study(config, [])
+
+
+def points(config) -> list[tuple]:
+    """Every (run, key, step) point of the active runs, with repeats."""
+    import sqlite3
+
+    db = sqlite3.connect(config["mlflow"]["tracking_uri"].removeprefix("sqlite:///"))
+    return db.execute("select m.run_uuid, m.key, m.step from metrics m join runs r on "
+                      "r.run_uuid = m.run_uuid where r.lifecycle_stage = 'active'").fetchall()
+
+
+def active_runs(config, cell) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=config["mlflow"]["tracking_uri"])
+    exp = client.get_experiment_by_name(config["study"])
+    return client.search_runs([exp.experiment_id], f"tags.run_key = '{cell.key}'")
+
+
+def test_a_crash_between_two_batches_loses_nothing_and_doubles_nothing(config, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    cell = C.grid_cells(config)[0]
+    run = write_finished_run(config, cell, steps=700)  # 1,400 step points + evaluations
+    real, calls = MlflowClient.log_batch, []
+
+    def dies_after_one_chunk(self, run_id, metrics=(), **kw):
+        if metrics:
+            calls.append(len(metrics))
+            if len(calls) >= 2:  # dead from the second chunk on (cleanup cannot log either)
+                raise KeyboardInterrupt("killed between two log_batch chunks")
+        return real(self, run_id, metrics=metrics, **kw)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", dies_after_one_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        mirror_study(config, [])
+    assert calls[0] == 1000 and len(points(config)) == 1000
+    monkeypatch.setattr(MlflowClient, "log_batch", real)
+    again = mirror_study(config, [])["runs"][cell.key]
+    got = points(config)
+    assert len(got) == len(set(got)) == 2 * 700 + 3 * len(config["budgets"])
+    assert again["steps_logged"] > 0
+    assert history(config, run, "reward_mean")[-1] == (700, pytest.approx(70.0))
+
+
+def start_mirror(config, tmp_path, out: str) -> subprocess.Popen:
+    """``race mlflow-log`` in a process of its own (a fresh MLflow client and DB engine)."""
+    path = tmp_path / "resolved.json"
+    path.write_text(json.dumps(config))
+    return subprocess.Popen([sys.executable, "-m", "race.cli", "mlflow-log", "--config",
+                             str(path), "--out", str(tmp_path / out)])
+
+
+def mirror_in_new_process(config, tmp_path) -> dict:
+    assert start_mirror(config, tmp_path, "logged.json").wait(timeout=300) == 0
+    return json.loads((tmp_path / "logged.json").read_text())
+
+
+def test_two_mirrors_at_once_log_one_run_and_each_point_once(config, tmp_path):
+    cells = C.grid_cells(config)
+    for cell in cells:
+        write_finished_run(config, cell, steps=200)
+    procs = [start_mirror(config, tmp_path, f"logged{i}.json") for i in range(2)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    got = points(config)
+    assert len(got) == len(set(got)) == len(cells) * (2 * 200 + 3 * len(config["budgets"]))
+    assert all(len(active_runs(config, c)) == 1 for c in cells)
+
+
+def test_a_deleted_tracking_db_is_rebuilt_from_the_run_folders(config, tmp_path):
+    from pathlib import Path as P
+
+    from race.tracking.mirror import forget_lost_store
+
+    cell = C.grid_cells(config)[0]
+    run = write_finished_run(config, cell)
+    first = mirror_study(config, [])["runs"][cell.key]
+    logged = C.results(config) / "mlflow" / "logged.json"
+    logged.parent.mkdir(parents=True, exist_ok=True)
+    logged.write_text("{}")
+    assert forget_lost_store(config) == [] and logged.exists()  # the store is there
+    P(config["mlflow"]["tracking_uri"].removeprefix("sqlite:///")).unlink()
+    assert "rebuilds it" in forget_lost_store(config)[0] and not logged.exists()
+    again = mirror_in_new_process(config, tmp_path)["runs"][cell.key]  # stale id: no error
+    assert again["run_id"] != first["run_id"]
+    assert (run / "mlflow_run_id").read_text().strip() == again["run_id"]
+    assert (again["steps_logged"], again["eval_values_logged"]) == (
+        first["steps_logged"], first["eval_values_logged"])
+    # (read with sqlite3: this process's MLflow client still holds the deleted file open)
+    assert sorted((s, k) for r, k, s in points(config) if k == "flops_total") == [
+        (1, "flops_total"), (2, "flops_total"), (3, "flops_total")]
+
+
+def test_a_changed_evaluation_replaces_the_run(config):
+    cell = C.grid_cells(config)[0]
+    run = write_finished_run(config, cell)
+    first = mirror_study(config, [])["runs"][cell.key]
+    rung = sorted(run.glob("budget~*"))[0]
+    payload = json.loads((rung / "eval.json").read_text())
+    payload["targets"]["in_pass1"]["acc"] = 0.9  # re-evaluated after a config change
+    (rung / "eval.json").write_text(json.dumps(payload))
+    again = mirror_study(config, [])["runs"][cell.key]
+    assert again["run_id"] != first["run_id"] and len(active_runs(config, cell)) == 1
+    assert history(config, run, "eval/in_pass1") == [(1, 0.9), (2, 0.5)]
+    assert history(config, run, "flops_total") == [(1, 100), (2, 200), (3, 300)]
+    got = points(config)
+    assert len(got) == len(set(got))

@@ -3,7 +3,9 @@ and the online meter against FlopCounterMode."""
 
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -12,10 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from race.atomic import current_umask
 from race.data.task import TaskSpec, write_splits
 from race.flops.ledger import Ledger
 from race.flops.meter import BatchShapes, StepMeter
-from race.grpo.run import BudgetError, run_training
+from race.grpo.run import (
+    BudgetError,
+    _reuse_finished,
+    job_fingerprint,
+    latest_checkpoint,
+    run_training,
+    rung_complete,
+)
 from race.study.cells import rung_dir
 from race.study.jobs import TrainJob, to_json
 from race.study.specs import Allocation
@@ -139,38 +149,114 @@ def test_determinism(tiny_base, reference_run, tmp_path):
     assert metrics == again
 
 
-def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp_path):
-    run_dir, _ = reference_run
-    killed = tmp_path / "cell"
-    job = make_job(tiny_base, killed, [B1, B2])
-    code = ("import sys, torch; torch.set_num_threads(1); from race.grpo.run import run_training;"
-            " from race.study.jobs import TrainJob, from_json;"
-            " run_training(from_json(TrainJob, sys.argv[1]))")
-    proc = subprocess.Popen([sys.executable, "-c", code, to_json(job)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    # Kill once a checkpoint exists and the run has gone past it (steps to replay).
-    while time.time() < deadline:
-        ckpts = list((killed / "checkpoints").glob("checkpoint-*/race_state.json"))
-        metrics = killed / "metrics.jsonl"  # appended every step
-        if ckpts and metrics.exists():
-            lines = metrics.read_text().splitlines()
-            if len(lines) > 4 and lines[-1].endswith("}"):
-                break
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
+def kill_when(proc: subprocess.Popen, ready, timeout: float = 240) -> None:
+    """SIGKILL ``proc`` as soon as ``ready()`` holds (it must still be running then)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None and not ready():
+        time.sleep(0.02)
     assert proc.poll() is None, "the run finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (killed / "DONE").exists()
+
+
+def start_training(job: TrainJob) -> subprocess.Popen:
+    code = ("import sys, torch; torch.set_num_threads(1); from race.grpo.run import run_training;"
+            " from race.study.jobs import TrainJob, from_json;"
+            " run_training(from_json(TrainJob, sys.argv[1]))")
+    return subprocess.Popen([sys.executable, "-c", code, to_json(job)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def checkpointed_rungs(run_dir: Path) -> int:
+    """Rungs done in the latest readable checkpoint (0 without one)."""
+    for path in (run_dir / "checkpoints").glob("checkpoint-*/race_state.json"):
+        try:
+            return len(json.loads(path.read_text())["rungs_done"])
+        except (OSError, ValueError):
+            pass
+    return 0
+
+
+def delete_declared_outputs(run_dir: Path, rungs) -> None:
+    """What Snakemake does before rerunning a failed train job: delete its declared outputs
+    (every rung's ledger.json and the run's DONE)."""
+    for budget in rungs:
+        (rung_dir(run_dir, budget) / "ledger.json").unlink(missing_ok=True)
+    (run_dir / "DONE").unlink(missing_ok=True)
+
+
+def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp_path, capsys):
+    """Killed past a checkpoint taken after its first rung, with the rung's summary deleted
+    as Snakemake deletes it: the rerun rebuilds the summary and continues from the
+    checkpoint (not from step 1), ending identical to an uninterrupted run."""
+    run_dir, _ = reference_run
+    killed = tmp_path / "cell"
+    job = make_job(tiny_base, killed, [B1, B2])
+    proc = start_training(job)
+    metrics = killed / "metrics.jsonl"  # appended every step
+
+    def past_a_rung_checkpoint() -> bool:
+        if checkpointed_rungs(killed) < 1 or not metrics.exists():
+            return False
+        ckpt = max(int(p.name.split("-")[1]) for p in (killed / "checkpoints").iterdir()
+                   if p.name.startswith("checkpoint-"))
+        lines = metrics.read_text().splitlines()
+        return len(lines) > ckpt and lines[-1].endswith("}")
+
+    kill_when(proc, past_a_rung_checkpoint)
+    assert rung_complete(killed, B1) and not (killed / "DONE").exists()
+    delete_declared_outputs(killed, [B1, B2])
     run_training(job)  # resumes from the checkpoint
+    assert "rung summaries rebuilt: ['1.2e9']" in capsys.readouterr().err
     for budget in (B1, B2):
         assert flops_rows(read_rung(killed, budget)) == flops_rows(read_rung(run_dir, budget))
         a, b = adapter_tensors(killed, budget), adapter_tensors(run_dir, budget)
         assert all((a[k] == b[k]).all() for k in a)
     steps = [json.loads(x)["step"] for x in (killed / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps))  # no step logged twice
+
+
+def test_deleted_rung_summaries_of_a_finished_run_are_rebuilt_not_retrained(
+        tiny_base, reference_run, tmp_path):
+    run_dir, summary = reference_run
+    copy = tmp_path / "cell"
+    shutil.copytree(run_dir, copy)
+    before = {b: (rung_dir(copy, b) / "ledger.json").read_bytes() for b in (B1, B2)}
+    adapter_mtime = (rung_dir(copy, B2) / "adapter_model.safetensors").stat().st_mtime_ns
+    metrics = (copy / "metrics.jsonl").read_bytes()
+    delete_declared_outputs(copy, [B1, B2])
+    again = run_training(make_job(tiny_base, copy, [B1, B2]))
+    assert again == summary
+    assert {b: (rung_dir(copy, b) / "ledger.json").read_bytes() for b in (B1, B2)} == before
+    assert (copy / "DONE").exists() and (copy / "metrics.jsonl").read_bytes() == metrics
+    assert (rung_dir(copy, B2) / "adapter_model.safetensors").stat().st_mtime_ns == (
+        adapter_mtime)  # nothing retrained
+
+
+def test_state_of_another_job_or_damaged_is_not_reused(tiny_base, reference_run, tmp_path):
+    run_dir, _ = reference_run
+    job = make_job(tiny_base, run_dir, [B1, B2])
+    other = make_job(tiny_base, run_dir, [B1, B2], alloc=replace(ALLOC, learning_rate=1e-3))
+    assert job_fingerprint(other) != job_fingerprint(job)
+    assert job_fingerprint(replace(job, run_key="x", tags={"a": 1})) == job_fingerprint(job)
+    assert _reuse_finished(other, run_dir) is None  # a config change retrains
+    assert latest_checkpoint(run_dir, job_fingerprint(other)) is None
+    ckpt = latest_checkpoint(run_dir, job_fingerprint(job))
+    assert ckpt is not None
+    copy = tmp_path / "cell"
+    shutil.copytree(run_dir, copy)
+    (copy / "checkpoints" / ckpt.name / "race_state.json").write_text('{"step": ')  # cut short
+    assert latest_checkpoint(copy, job_fingerprint(job)) is None
+    (copy / "train.json").write_text("{")
+    assert _reuse_finished(job, copy) is None
+
+
+def test_outputs_follow_the_umask(reference_run):
+    run_dir, _ = reference_run
+    umask = current_umask()
+    assert stat.S_IMODE(rung_dir(run_dir, B1).stat().st_mode) == 0o777 & ~umask
+    for path in (rung_dir(run_dir, B1) / "ledger.json", run_dir / "train.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
 
 
 def test_mlflow_one_run_per_cell_and_no_duplicate_steps(tiny_base, tmp_path):

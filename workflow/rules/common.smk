@@ -4,14 +4,19 @@ import json
 import os
 import sys
 
+from race.outputs import read_output, set_aside_corrupt
 from race.study import cells as C
 from race.study import config as S
 from race.study import jobs as J
 from race.study import specs
+from race.tracking.mirror import forget_lost_store
 
 # Cross-field checks (unknown names, rungs below one step, ...) before any job is scheduled.
 STUDY = S.check_config(config)
 R = str(C.results(STUDY))
+# A damaged output looks up to date to Snakemake: set it aside so its job reruns.
+for line in set_aside_corrupt(R) + forget_lost_store(STUDY):
+    print(line, file=sys.stderr)
 # The package's CLI through this interpreter: works without activating the virtualenv.
 RACE = f"{sys.executable} -m race.cli"
 # The content-derived path of one cell (docs/design.md): run folder, MLflow run name, run_key.
@@ -106,7 +111,7 @@ def base_evals(w=None):
 
 def validation_evals(w):
     """Evaluations of the validation runs chosen by the pilot checkpoint."""
-    selected = json.loads(Path(checkpoints.select.get().output.selected).read_text())["selected"]
+    selected = read_output(checkpoints.select.get().output.selected)["selected"]
     return [rung_eval(c, VALIDATION_BUDGET) for c in C.validation_cells(STUDY, selected)]
 
 

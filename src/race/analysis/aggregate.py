@@ -15,18 +15,12 @@ full grid each see their own rows.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from race.analysis import columns as cols
+from race.outputs import read_output
 from race.study import cells as C
 from race.study import specs
-
-
-def _read(path: Path) -> dict:
-    if not path.exists():
-        raise FileNotFoundError(f"missing run output: {path}")
-    return json.loads(path.read_text())
 
 
 def _eval_columns(ev: dict, targets: list[str]) -> dict:
@@ -48,9 +42,9 @@ def _knobs(config: dict, alloc: str) -> dict:
 
 def rung_row(config: dict, cell: C.Cell, budget: float, stage: str) -> dict:
     rung = C.rung_dir(C.run_dir(config, cell), budget)
-    ledger = _read(rung / "ledger.json")
+    ledger = read_output(rung / "ledger.json")
     phases = ledger["phases"]
-    base = _read(Path(C.base_dir(config, cell.size)) / "pre.json") if C.is_ladder(
+    base = read_output(Path(C.base_dir(config, cell.size)) / "pre.json") if C.is_ladder(
         cell.size) else {}
     row = {"study": config["study"], "stage": stage, "cell": cell.key, "size": cell.size,
            "reward": cell.reward, "alloc": cell.alloc, "seed": cell.seed, "budget": budget,
@@ -65,7 +59,7 @@ def rung_row(config: dict, cell: C.Cell, budget: float, stage: str) -> dict:
         row[f"flops_{p}"] = phases[p]["model_flops"]
         row[f"exec_flops_{p}"] = phases[p]["executed_flops"]
         row[f"tokens_{p}"] = phases[p]["tokens"]
-    row.update(_eval_columns(_read(rung / "eval.json"), specs.eval_targets(config)))
+    row.update(_eval_columns(read_output(rung / "eval.json"), specs.eval_targets(config)))
     return row
 
 
@@ -76,7 +70,7 @@ def base_rows(config: dict) -> list[dict]:
         if not C.is_ladder(size):
             continue
         base = Path(C.base_dir(config, size))
-        pre, ev = _read(base / "pre.json"), _read(base / "eval.json")
+        pre, ev = read_output(base / "pre.json"), read_output(base / "eval.json")
         for reward in config["rewards"]:
             for alloc in config["allocations"]:
                 row = {"study": config["study"], "stage": "base",
@@ -183,7 +177,7 @@ def write_pilot_table(config: dict, out: str | Path) -> Path:
 def write_tables(config: dict, out: str | Path, selected_path: str | None = None) -> Path:
     import pandas as pd
 
-    selected = json.loads(Path(selected_path).read_text())["selected"] if selected_path else []
+    selected = read_output(selected_path)["selected"] if selected_path else []
     rows = base_rows(config) + collect(config, selected)
     for row in rows:
         row.setdefault("in_pilot", False)

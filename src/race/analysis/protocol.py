@@ -26,7 +26,6 @@ A diagnostic, not a guarantee (docs/design.md, "RACE pilot protocol"). Conventio
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from race.analysis.frontier import (
     seed_summary,
     targets_in,
 )
+from race.atomic import write_json_atomic
 
 RANKING_COLUMNS = ["reward", "target", "rank", "size", "alloc", "acc_top", "acc_mean",
                    "top_budget"]
@@ -146,9 +146,7 @@ def write_selection(pilot_df: pd.DataFrame, top_k: int, baseline_alloc: str, out
         "targets": targets_in(pilot_df, targets),
         "pilot_top_budget": float(pilot_df["budget"].max()),
     }
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_json_atomic(out, doc, indent=2)
     return doc
 
 

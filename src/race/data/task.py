@@ -42,6 +42,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from race.atomic import write_json_atomic
 from race.study.schema import default
 
 MARKER = "####"
@@ -418,5 +419,5 @@ def write_splits(spec: TaskSpec, out_dir: str | Path) -> dict[str, Path]:
     for name, problems in make_splits(spec).items():
         paths[name] = out_dir / f"{name}.jsonl"
         write_jsonl(paths[name], (p.to_record() for p in problems))
-    (out_dir / "spec.json").write_text(json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n")
+    write_json_atomic(out_dir / "spec.json", asdict(spec), indent=2)
     return paths

@@ -69,14 +69,13 @@ A skipped target has ``acc = lo = hi = None``, ``n = 0``, zero FLOPs and ``skipp
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from race.atomic import write_text_atomic
+from race.atomic import write_json_atomic
 from race.data.task import Record, load_jsonl
 from race.evaluation.evaluator import Evaluator, add_flops, flops_json
 from race.evaluation.snapshot import load_snapshot, rung_info
@@ -126,6 +125,7 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
     """
     t0 = time.perf_counter()
     spec = spec or EvalSpec()
+    rung = rung_info(adapter)  # before any compute: a damaged ledger fails here, by name
     # Read only the splits the targets use (an in-distribution-only data folder is enough).
     eval_in = _load_split(data_dir, "eval_in") if set(spec.targets) - {"ood_pass1"} else []
     eval_ood = _load_split(data_dir, "eval_ood") if "ood_pass1" in spec.targets else []
@@ -142,7 +142,7 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
         "adapter": snap.adapter,
         "adapter_merged": snap.merged,
         "lora_flops_charged": snap.lora is not None,
-        "rung": rung_info(adapter),
+        "rung": rung,
         "settings": {**asdict(spec), "targets": list(spec.targets), "prm": prm_name,
                      "reward": reward_desc, "sample_sharing": _sharing_note(spec)},
         "targets": {t: r.to_json() for t, r in results.items()},
@@ -152,7 +152,7 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
     }
     payload["wall_s"] = round(time.perf_counter() - t0, 4)
     if out is not None:
-        write_text_atomic(out, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+        write_json_atomic(out, payload)
     return payload
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from race.flops import analytic as flops
+from race.outputs import read_output
 
 
 @dataclass
@@ -71,6 +72,6 @@ def rung_info(adapter: str | Path | None) -> dict:
     path = Path(adapter) / "ledger.json"
     if not path.exists():
         return {"step": None, "budget": None, "train_model_flops": None}
-    ledger = json.loads(path.read_text())
+    ledger = read_output(path)
     return {"step": int(ledger["step"]), "budget": ledger.get("budget"),
             "train_model_flops": ledger.get("model_flops")}

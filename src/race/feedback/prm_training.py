@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from race.atomic import write_json_atomic
 from race.feedback.models import quiet_transformers
 from race.feedback.prm_data import (
     IGNORE_INDEX,
@@ -265,7 +266,7 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
         "spec": asdict(spec),
     }
     record = _finite(record)  # a metric without both classes is nan: null in JSON
-    (out / "prm.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    write_json_atomic(out / "prm.json", record, indent=2)
     return record
 
 

@@ -26,19 +26,31 @@ Resume. Checkpoints are taken every ``save_every`` steps, rounded to a multiple 
 ``num_iterations`` so that a checkpoint never falls inside a reused generation batch (TRL would
 regenerate it on resume). On rerun the run continues from its latest checkpoint with the ledger
 and metrics truncated to that step; the replayed steps are recomputed identically (same RNG
-state, same data order), so nothing is lost or counted twice. A finished run (``DONE``) is not
-retrained.
+state, same data order), so nothing is lost or counted twice. A damaged checkpoint is skipped
+(an earlier one is taken, or the run starts fresh).
+
+Snakemake deletes a rerun job's declared outputs (every rung's ``ledger.json`` and ``DONE``)
+before running it. Those summaries are rebuilt, not retrained: the checkpoint state (and, for
+a finished run, ``train.json`` and the run's ``ledger.json``) records at which step and with
+which counters each rung was snapshotted, and a rung's summary is the ledger's prefix at that
+step. A rung is retrained only when its adapter is gone.
+
+Whatever is reused must come from the same job: checkpoints and ``train.json`` carry a
+fingerprint of the job's trajectory-defining fields and of its inputs (the base policy's files,
+the training data, a trained PRM), so a rerun after a config or input change starts fresh
+instead of resuming a different run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
-import tempfile
+import sys
 from pathlib import Path
 
-from race.atomic import write_text_atomic
+from race.atomic import make_temp_dir, write_json_atomic, write_text_atomic
 from race.flops import analytic as flops
 from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import BatchShapes, StepMeter
@@ -48,8 +60,15 @@ from race.grpo.trainer import (
     grpo_config,
     metered_trainer_class,
 )
+from race.outputs import CorruptOutputError, read_output
 from race.study.cells import DONE, format_budget, rung_dir
-from race.study.jobs import TrainJob
+from race.study.jobs import TrainJob, to_json
+
+ADAPTER_FILE = "adapter_model.safetensors"
+#: TrainJob fields that do not change the trajectory (where it is logged, how it is named; the
+#: rungs only decide where to snapshot, and a change of rungs is handled apart)
+NOT_TRAJECTORY = ("run_dir", "results_dir", "run_key", "study", "mlflow", "tags", "rungs",
+                  "save_every")
 
 
 class BudgetError(ValueError):
@@ -61,6 +80,31 @@ def rung_complete(run_dir: str | Path, budget: float) -> bool:
     deletes a rerun job's declared outputs, the ledgers, before running it)."""
     folder = rung_dir(run_dir, budget)
     return (folder / DONE).exists() and (folder / "ledger.json").exists()
+
+
+def _stamps(path: Path) -> list:
+    """(name, size, mtime_ns) of a file, or of the files directly in a folder."""
+    if path.is_file():
+        st = path.stat()
+        return [[str(path), st.st_size, st.st_mtime_ns]]
+    if path.is_dir():
+        return [s for p in sorted(path.iterdir()) if p.is_file() for s in _stamps(p)]
+    return []
+
+
+def job_fingerprint(job: TrainJob) -> str:
+    """A digest of what decides the run's trajectory: the job's fields (less
+    :data:`NOT_TRAJECTORY`) and the stamps of its local inputs (base policy, training data,
+    the trained PRM of its reward). Reused state must carry the same digest."""
+    fields = {k: v for k, v in json.loads(to_json(job)).items() if k not in NOT_TRAJECTORY}
+    inputs = [Path(job.base), Path(job.train_data)]
+    prm = job.reward.get("prm") or job.reward.get("orm")
+    if prm is not None:
+        ladder = Path(job.results_dir) / "prm" / f"size~{prm}"
+        inputs.append(ladder if ladder.is_dir() else Path(str(prm)))
+    stamps = [s for p in inputs for s in _stamps(p)]
+    payload = json.dumps({"job": fields, "inputs": stamps}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- state on disk
@@ -85,6 +129,27 @@ def ledger_summary(ledger: Ledger, budget: float, counters: dict) -> dict:
         **counters,
         "rows": ledger.to_dict()["rows"],
     }
+
+
+def rung_summary_json(ledger: Ledger, budget: float, counters: dict) -> str:
+    """A rung's ``ledger.json`` text: the summary of the ledger's prefix at the rung's step
+    (``counters["step"]``), with the counters at that step."""
+    summary = ledger_summary(ledger.prefix(counters["step"]), budget, counters)
+    return json.dumps(summary, indent=1, sort_keys=True)
+
+
+def rebuild_rungs(run_dir: Path, ledger: Ledger, rung_counters: dict[float, dict]) -> list[float]:
+    """Rewrite the summary (``ledger.json``, ``DONE``) of every snapshotted rung that lost it
+    but kept its adapter, identical to the one it replaces; returns the rungs rebuilt."""
+    rebuilt = []
+    for budget, counters in rung_counters.items():
+        folder = rung_dir(run_dir, budget)
+        if rung_complete(run_dir, budget) or not (folder / ADAPTER_FILE).exists():
+            continue
+        write_text_atomic(folder / "ledger.json", rung_summary_json(ledger, budget, counters))
+        (folder / DONE).write_text("")
+        rebuilt.append(budget)
+    return rebuilt
 
 
 # --------------------------------------------------------------------------- the trainer
@@ -113,6 +178,8 @@ class MeteredRun:
         self.counters = {"updates": 0, "rollouts": 0, "prompts_seen": 0}
         self.metrics: list[dict] = []
         self.rungs_done: list[float] = []
+        self.rung_counters: dict[float, dict] = {}  # rung -> counters (and step) at its snapshot
+        self.fingerprint = job_fingerprint(job)
         self.finished = False
         self.trainer = None
         self.logger = None
@@ -158,21 +225,38 @@ class MeteredRun:
             if budget not in self.rungs_done and total + bound > budget:
                 self.snapshot(budget, model, step)
         if len(self.rungs_done) == len(self.job.rungs):
-            self.finished = True
-            self.ledger.save(self.run_dir / "ledger.json")
+            self.finished = True  # _finish writes the run's ledger
 
     def snapshot(self, budget: float, model, step: int) -> None:
         """Write the rung folder atomically: adapter, ledger summary, DONE marker."""
         final = rung_dir(self.run_dir, budget)
-        tmp = Path(tempfile.mkdtemp(dir=self.run_dir, prefix=f".{final.name}."))
+        tmp = make_temp_dir(self.run_dir, prefix=f".{final.name}.")
         model.save_pretrained(tmp, safe_serialization=True)
-        summary = ledger_summary(self.ledger, budget, dict(self.counters, step=step))
-        write_text_atomic(tmp / "ledger.json", json.dumps(summary, indent=1, sort_keys=True))
+        self.rung_counters[budget] = dict(self.counters, step=step)
+        write_text_atomic(tmp / "ledger.json", self.rung_summary_json(budget))
         (tmp / DONE).write_text("")
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
         self.rungs_done.append(budget)
+
+    def rung_summary_json(self, budget: float) -> str:
+        return rung_summary_json(self.ledger, budget, self.rung_counters[budget])
+
+    def rebuild_rungs(self) -> list[float]:
+        return rebuild_rungs(self.run_dir, self.ledger, self.rung_counters)
+
+    def state(self) -> dict:
+        """What a checkpoint (and a finished run's ``train.json``) keeps of this run."""
+        return {"fingerprint": self.fingerprint, "counters": self.counters,
+                "rungs_done": self.rungs_done,
+                "rung_counters": [[b, c] for b, c in self.rung_counters.items()]}
+
+    def load_state(self, state: dict, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.counters = state["counters"]
+        self.rungs_done = state["rungs_done"]
+        self.rung_counters = {b: c for b, c in state["rung_counters"]}
 
     # ------------------------------------------------------------------ metrics
     def log_metrics(self, step: int, logs: dict) -> None:
@@ -204,9 +288,8 @@ class MeteredRun:
     def save_state(self, ckpt: Path, step: int) -> None:
         if self.logger is not None:
             self.logger.flush()  # MLflow holds every step up to this checkpoint
-        state = {"step": step, "ledger": self.ledger.to_dict(),
-                 "counters": self.counters, "rungs_done": self.rungs_done,
-                 "metrics": self.metrics}
+        state = {"step": step, "ledger": self.ledger.to_dict(), "metrics": self.metrics,
+                 **self.state()}
         write_text_atomic(ckpt / "race_state.json", json.dumps(state))
         # The run-level ledger follows the checkpoints, not every step: rewriting the whole
         # ledger per step is O(steps) each and showed in the step time (bench/overhead.py).
@@ -214,10 +297,8 @@ class MeteredRun:
         self.ledger.save(self.run_dir / "ledger.json", durable=False)
 
     def restore(self, ckpt: Path) -> None:
-        state = json.loads((ckpt / "race_state.json").read_text())
-        self.ledger = Ledger.from_json(json.dumps(state["ledger"]))
-        self.counters = state["counters"]
-        self.rungs_done = state["rungs_done"]
+        state = read_output(ckpt / "race_state.json")
+        self.load_state(state, Ledger.from_json(json.dumps(state["ledger"])))
         self.metrics = state["metrics"]
         # Steps after the checkpoint are replayed: drop what the killed run wrote for them.
         write_text_atomic(self.run_dir / "metrics.jsonl",
@@ -225,10 +306,26 @@ class MeteredRun:
         self.ledger.save(self.run_dir / "ledger.json")
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    ckpts = [p for p in (run_dir / "checkpoints").glob("checkpoint-*")
-             if (p / "race_state.json").exists() and (p / "trainer_state.json").exists()]
-    return max(ckpts, key=lambda p: int(p.name.split("-")[1]), default=None)
+def _state_of(ckpt: Path) -> dict | None:
+    """A checkpoint's RACE state, or None when it is incomplete or damaged."""
+    if not (ckpt / "trainer_state.json").exists():
+        return None
+    try:
+        read_output(ckpt / "trainer_state.json")
+        return read_output(ckpt / "race_state.json")
+    except (OSError, CorruptOutputError):
+        return None
+
+
+def latest_checkpoint(run_dir: Path, fingerprint: str) -> Path | None:
+    """The latest complete, readable checkpoint of this job (its fingerprint)."""
+    ckpts = sorted((run_dir / "checkpoints").glob("checkpoint-*"),
+                   key=lambda p: int(p.name.split("-")[1]), reverse=True)
+    for ckpt in ckpts:
+        state = _state_of(ckpt)
+        if state is not None and state.get("fingerprint") == fingerprint:
+            return ckpt
+    return None
 
 
 # --------------------------------------------------------------------------- entry point
@@ -256,13 +353,11 @@ def run_training(job: TrainJob) -> dict:
     from race.policy.ladder import load_policy
 
     run_dir = Path(job.run_dir)
-    if (run_dir / DONE).exists() and all(rung_complete(run_dir, b) for b in job.rungs):
-        return json.loads((rung_dir(run_dir, job.budget) / "ledger.json").read_text())
-    if (run_dir / DONE).exists():
-        # A rung's output was deleted after the run finished: retrain from scratch (the run
-        # is deterministic, so the other rungs are rewritten identically).
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-        (run_dir / DONE).unlink()
+    finished = _reuse_finished(job, run_dir)
+    if finished is not None:
+        return finished
+    (run_dir / DONE).unlink(missing_ok=True)
+    (run_dir / "train.json").unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
 
     torch.manual_seed(job.seed)
@@ -282,18 +377,26 @@ def run_training(job: TrainJob) -> dict:
             f"completions of up to {job.alloc.max_completion_length} tokens): raise the rung "
             f"or shrink the allocation")
 
-    resume = latest_checkpoint(run_dir)
+    resume = latest_checkpoint(run_dir, run.fingerprint)
     if resume is not None:
         run.restore(resume)
+        rebuilt = run.rebuild_rungs()  # the summaries Snakemake deleted before this rerun
         lost = [b for b in run.rungs_done if not rung_complete(run_dir, b)]
         if lost or any(b not in job.rungs for b in run.rungs_done):
-            # A rung snapshot taken before this checkpoint is gone (or the rungs changed):
-            # only a fresh run can rewrite it. Deterministic, so every rung comes out the same.
-            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+            # A rung snapshot taken before this checkpoint lost its adapter (or the rungs
+            # changed): only a fresh run can rewrite it. Deterministic: every rung comes out
+            # the same.
             run = MeteredRun(job, arch, reward, max_prompt)
             resume = None
-    if resume is None and (run_dir / "metrics.jsonl").exists():
-        (run_dir / "metrics.jsonl").unlink()  # a run killed before its first checkpoint
+        else:
+            kept = len(run.ledger.steps)
+            print(f"race train: resuming from {resume.name} ({kept} steps kept; rung "
+                  f"summaries rebuilt: {[format_budget(b) for b in rebuilt]})", file=sys.stderr)
+    if resume is None:
+        # Fresh: nothing of an earlier or different run may leak in (TRL would rotate its
+        # checkpoints in with the new ones; metrics.jsonl is appended to).
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
 
     if len(run.rungs_done) == len(job.rungs):  # killed after its last snapshot
         return _finish(run, job, run_dir)
@@ -333,8 +436,32 @@ def run_training(job: TrainJob) -> dict:
 
 
 def _finish(run: MeteredRun, job: TrainJob, run_dir: Path) -> dict:
+    """Write the run's ledger, ``train.json`` (the top rung's totals, and the state that
+    rebuilds every rung's summary) and ``DONE``; returns the summary."""
+    run.ledger.save(run_dir / "ledger.json")
     summary = ledger_summary(run.ledger, job.budget, dict(run.counters))
     summary.pop("rows")
-    write_text_atomic(run_dir / "train.json", json.dumps(summary, indent=1, sort_keys=True))
+    write_json_atomic(run_dir / "train.json", {**summary, "state": run.state()})
+    (run_dir / DONE).write_text("")
+    return summary
+
+
+def _reuse_finished(job: TrainJob, run_dir: Path) -> dict | None:
+    """The summary of this job's finished run, with every rung summary that was deleted
+    rebuilt from the run's ledger; None when there is no such run to reuse (not finished,
+    another job's, damaged, or a rung's adapter is gone)."""
+    try:
+        summary = read_output(run_dir / "train.json")
+        ledger = Ledger.load(run_dir / "ledger.json")
+    except (OSError, ValueError, KeyError):
+        return None
+    state = summary.pop("state", None)
+    if (state is None or state["fingerprint"] != job_fingerprint(job)
+            or sorted(state["rungs_done"]) != sorted(job.rungs)):
+        return None
+    counters = {b: c for b, c in state["rung_counters"]}
+    if any(not (rung_dir(run_dir, b) / ADAPTER_FILE).exists() for b in job.rungs):
+        return None
+    rebuild_rungs(run_dir, ledger, counters)
     (run_dir / DONE).write_text("")
     return summary

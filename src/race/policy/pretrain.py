@@ -16,12 +16,12 @@ never charged to a training cell's budget.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from race.atomic import write_json_atomic
 from race.data.task import TaskSpec, is_arithmetic, load_jsonl, problem_of, verify
 from race.data.teacher import SLIPS, TeacherSpec
 from race.data.teacher import solution as teacher_solution
@@ -166,7 +166,7 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
         "spec": asdict(spec),
         "teacher": {**asdict(teacher), "written": writer.counts},
     }
-    (out_dir / "pre.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    write_json_atomic(out_dir / "pre.json", record, indent=2)
     return record
 
 

@@ -1,5 +1,7 @@
 """Evaluation results in MLflow: ``eval/<target>`` (and its interval) at the training step of
-the evaluated rung, on the cell's run, never logged twice."""
+the evaluated rung, on the cell's run, never logged twice. A live evaluation job logs a value
+only where the run holds none; a re-evaluation that changed it reaches MLflow through the
+mirror (race.tracking.mirror), which re-creates the run from the files."""
 
 from __future__ import annotations
 
@@ -49,9 +51,11 @@ def log_to_mlflow(payload: dict, run_dir: str | Path, mlflow_spec, study: str = 
 
 def log_eval(logger, payload: dict) -> int:
     """Queue :func:`eval_metrics` of ``payload`` on ``logger`` (a
-    race.tracking.mlflow_runs.RunLogger) at the rung's training step, skipping values MLflow
-    already holds; returns how many."""
-    return logger.log_new_values(_eval_step(payload), eval_metrics(payload))
+    race.tracking.mlflow_runs.RunLogger) at the rung's training step; returns how many. Its
+    flush sends only the points MLflow does not hold yet."""
+    metrics = eval_metrics(payload)
+    logger.log_step(_eval_step(payload), metrics)
+    return len(metrics)
 
 
 def _eval_step(payload: dict) -> int:

@@ -6,8 +6,9 @@ cell (grid and validation runs), the run's params and tags, every per-step metri
 rung's training step), then marks the run FINISHED. It also creates the study's parent run.
 
 Idempotent through :class:`race.tracking.mlflow_runs.RunLogger`: a run is found again by its id
-file or its ``run_key`` tag (never duplicated), a training step already in MLflow is skipped,
-an evaluation value already there is skipped. So it serves both modes of ``mlflow.live``:
+file or its ``run_key`` tag (never duplicated), and a (key, step) point already in MLflow is not
+sent again; a point held with another value re-creates the run from the files (see
+:func:`mirror_run`). So it serves both modes of ``mlflow.live``:
 
 * ``live: true`` -- training jobs logged their steps as they ran; this job adds the
   evaluations (and any step a job could not log).
@@ -17,14 +18,18 @@ an evaluation value already there is skipped. So it serves both modes of ``mlflo
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
-from race.atomic import write_text_atomic
+from race.atomic import write_json_atomic
+from race.outputs import read_output
 from race.study import cells as C
 from race.study import jobs, specs
 from race.tracking.eval_metrics import log_eval
 from race.tracking.mlflow_runs import RunLogger, ensure_study_run
+
+SYNC_FILE = "mlflow_synced.json"
 
 
 def expected_evals(config: dict, cell: C.Cell) -> list[Path]:
@@ -39,28 +44,76 @@ def _metrics_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def mirror_run(config: dict, cell: C.Cell, spec) -> dict:
-    """Mirror one cell's run folder; returns what was logged now (0s when already mirrored)."""
+def _digest(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
+
+def mirror_run(config: dict, cell: C.Cell, spec) -> dict:
+    """Make one cell's MLflow run hold exactly its run folder's points; returns what was
+    logged now (0s when already mirrored).
+
+    The run folder's ``mlflow_synced.json`` (the run id and a digest of the files mirrored)
+    lets an unchanged, already mirrored run be skipped without asking the store per key. A
+    point that the store holds with another value (the cell was retrained or re-evaluated
+    after a config change) makes the mirror re-create the run from the files: the old run
+    goes to MLflow's trash, so every (key, step) keeps one value, the files' latest.
+    """
     job = jobs.train_job(config, cell)
     run_dir = Path(job.run_dir)
     if not (run_dir / C.DONE).exists():
         raise FileNotFoundError(f"{run_dir}: the run has not finished ({C.DONE} is missing)")
-    evals = [json.loads(p.read_text()) if p.exists() else p
-             for p in expected_evals(config, cell)]
-    missing = [str(p) for p in evals if isinstance(p, Path)]
+    eval_paths = expected_evals(config, cell)
+    missing = [str(p) for p in eval_paths if not p.exists()]
     if missing:
         raise FileNotFoundError(f"missing evaluation(s): {', '.join(missing)}")
+    digest = _digest([run_dir / "metrics.jsonl", *eval_paths])
     logger = RunLogger(spec, run_dir, cell.key, config["study"], job.params(), tags=job.tags)
+    sync_file = run_dir / SYNC_FILE
+    if sync_file.exists() and read_output(sync_file) == {"run_id": logger.run_id,
+                                                         "digest": digest}:
+        logger.finish()
+        return {"run_id": logger.run_id, "steps_logged": 0, "eval_values_logged": 0}
+    rows, evals = _metrics_rows(run_dir), [read_output(p) for p in eval_paths]
     status = "FAILED"
     try:
-        steps = sum(logger.log_step(row["step"], {k: v for k, v in row.items() if k != "step"})
-                    for row in _metrics_rows(run_dir))
-        values = sum(log_eval(logger, payload) for payload in evals)
+        for _ in range(2):
+            for row in rows:
+                logger.log_step(row["step"], {k: v for k, v in row.items() if k != "step"})
+            for payload in evals:
+                log_eval(logger, payload)
+            result = logger.flush()
+            if not result["changed"]:
+                break
+            logger.replace_run()  # the files changed since they were mirrored
         status = "FINISHED"
     finally:
         logger.finish(status)
-    return {"run_id": logger.run_id, "steps_logged": int(steps), "eval_values_logged": values}
+    write_json_atomic(sync_file, {"run_id": logger.run_id, "digest": digest})
+    sent = result["steps"]
+    return {"run_id": logger.run_id,
+            "steps_logged": len({s for k, steps in sent.items() if not k.startswith("eval/")
+                                 for s in steps}),
+            "eval_values_logged": sum(len(v) for k, v in sent.items() if k.startswith("eval/"))}
+
+
+def forget_lost_store(config: dict) -> list[str]:
+    """When the study's sqlite tracking DB is gone, delete the mirror's summary
+    (``mlflow/logged.json``) so that the workflow's mlflow_log job runs again and rebuilds the
+    store from the run folders; returns a log line per file deleted. (A tracking server's
+    store cannot be checked without reaching it: run ``snakemake --forcerun mlflow_log``.)"""
+    uri = config["mlflow"]["tracking_uri"]
+    logged = C.results(config) / "mlflow" / "logged.json"
+    if not (config["mlflow"]["enabled"] and uri.startswith("sqlite:///") and logged.exists()):
+        return []
+    db = Path(uri.removeprefix("sqlite:///"))
+    if db.exists():
+        return []
+    logged.unlink()
+    return [f"race: {logged}: the tracking DB {db} is gone; the mlflow_log job rebuilds it "
+            "from the run folders"]
 
 
 def write_mirror(config: dict, selected_path: str | Path | None, out: str | Path) -> dict:
@@ -68,16 +121,17 @@ def write_mirror(config: dict, selected_path: str | Path | None, out: str | Path
     selection in ``selected_path``) and write the summary to ``out``; returns it."""
     if not config["mlflow"]["enabled"]:
         raise ValueError("mlflow.enabled is false in the config")
-    selected = json.loads(Path(selected_path).read_text())["selected"] if selected_path else []
+    selected = read_output(selected_path)["selected"] if selected_path else []
     summary = mirror_study(config, selected)
-    write_text_atomic(out, json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    write_json_atomic(out, summary)
     return summary
 
 
 def mirror_study(config: dict, selected: list[dict]) -> dict:
     """Mirror every grid cell and every validation run of ``selected`` (RACE's selection)."""
     spec = specs.mlflow_spec(config)
-    experiment_id, study_run = ensure_study_run(spec, config["study"])
+    experiment_id, study_run = ensure_study_run(spec, config["study"],
+                                                C.results(config) / "mlflow")
     runs = {c.key: mirror_run(config, c, spec) for c in C.grid_cells(config)}
     runs.update({c.key: mirror_run(config, c, spec)
                  for c in C.validation_cells(config, selected)})

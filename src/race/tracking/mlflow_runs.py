@@ -2,27 +2,43 @@
 
 One MLflow run per training cell, named by the cell's run key and tagged ``run_key`` and
 ``study``. Its id is stored in the run folder (``mlflow_run_id``) so a rerun or a resumed run
-continues the same MLflow run; when the file is lost the run is found again by its ``run_key``
-tag, never duplicated. A metric step already logged is never logged twice (a resumed run
-replays the steps after its last checkpoint with identical values: those are skipped).
+continues the same MLflow run. An id that the tracking store does not hold (the DB was deleted
+or replaced) or holds as deleted is stale: the run is then found again by its ``run_key`` tag,
+or created, never duplicated.
+
+Exactly once per (run, key, step). Points are queued per key and sent by :meth:`RunLogger.flush`,
+which, holding the run folder's lock (``.mlflow.lock``, an advisory ``flock``), sends only the
+points whose (key, step) the store does not hold yet. So a process killed between two
+``log_batch`` chunks leaves points missing, never doubled, and the next flush of any process
+sends the rest; two processes logging the same run (a mirror started by hand during the
+workflow's own mirror, a live run and the mirror) never send the same point twice. What the
+store holds is asked once per key and run and cached; the lock file counts the flushes, so a
+logger whose cache another process has made stale knows it and asks again.
+
+A point already held with a *different* value is not sent: :meth:`RunLogger.flush` returns it
+as changed, and the mirror then re-creates the run from the files (race.tracking.mirror).
 
 A run is logged either live, by its training job, or after the fact by ``race mlflow-log``
-(:mod:`race.tracking.mirror`), which mirrors the run folder; both go through :class:`RunLogger`,
-so mixing them (a live run mirrored later) logs nothing twice.
-
-Metrics go through ``log_batch`` (~10x faster than one call per point, docs/design.md), queued and
-sent once per checkpoint, so logging stays off the training step's critical path.
+(:mod:`race.tracking.mirror`), which mirrors the run folder; both go through :class:`RunLogger`.
+Metrics go through ``log_batch`` (~10x faster than one call per point, docs/design.md), queued
+and sent once per checkpoint, so logging stays off the training step's critical path.
 """
 
 from __future__ import annotations
 
-import json
+import fcntl
+import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from race.atomic import write_json_atomic, write_text_atomic
 from race.study.specs import MlflowSpec
 
 RUN_ID_FILE = "mlflow_run_id"
+LOCK_FILE = ".mlflow.lock"
+BATCH = 1000  # the most metrics one log_batch call takes
 
 
 def ensure_experiment(spec: MlflowSpec) -> str:
@@ -42,123 +58,202 @@ def ensure_experiment(spec: MlflowSpec) -> str:
     return client.create_experiment(spec.experiment, artifact_location=artifact)
 
 
-def ensure_study_run(spec: MlflowSpec, study: str) -> tuple[str, str]:
-    """The experiment and the study's parent run (tagged ``race_role=study``), created once;
-    returns ``(experiment_id, run_id)``."""
+def ensure_study_run(spec: MlflowSpec, study: str, lock_dir: str | Path) -> tuple[str, str]:
+    """The experiment and the study's parent run (tagged ``race_role=study``), created once
+    (under ``lock_dir``'s lock, so two processes never create two); returns
+    ``(experiment_id, run_id)``."""
     from mlflow.tracking import MlflowClient
 
-    experiment_id = ensure_experiment(spec)
-    client = MlflowClient(tracking_uri=spec.tracking_uri)
-    found = client.search_runs([experiment_id], f"tags.race_role = 'study' and "
-                               f"tags.study = '{study}'", max_results=1)
-    if found:
-        return experiment_id, found[0].info.run_id
-    run = client.create_run(experiment_id, run_name=f"study:{study}",
-                            tags={"race_role": "study", "study": study})
-    return experiment_id, run.info.run_id
+    with locked(lock_dir):
+        experiment_id = ensure_experiment(spec)
+        client = MlflowClient(tracking_uri=spec.tracking_uri)
+        found = client.search_runs([experiment_id], f"tags.race_role = 'study' and "
+                                   f"tags.study = '{study}'", max_results=1)
+        if found:
+            return experiment_id, found[0].info.run_id
+        run = client.create_run(experiment_id, run_name=f"study:{study}",
+                                tags={"race_role": "study", "study": study})
+        return experiment_id, run.info.run_id
 
 
 def init_store(spec: MlflowSpec, study: str, out: str | Path) -> dict:
     """``race mlflow-init``: the DB, the experiment and the study run, once, and a marker file
     ``out`` with their ids (what live training jobs wait for)."""
-    experiment_id, run_id = ensure_study_run(spec, study)
+    experiment_id, run_id = ensure_study_run(spec, study, Path(out).parent)
     ids = {"experiment_id": experiment_id, "study_run_id": run_id}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(ids) + "\n")
+    write_json_atomic(out, ids, indent=None)
     return ids
 
 
+@contextmanager
+def locked(folder: str | Path) -> Iterator:
+    """Hold ``folder/.mlflow.lock`` exclusively (released by the OS if the process dies);
+    yields the open lock file, whose text is the folder's flush count."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with open(Path(folder) / LOCK_FILE, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield f
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _flush_count(lock) -> int:
+    lock.seek(0)
+    text = lock.read().strip()
+    return int(text) if text.isdigit() else 0
+
+
+def _set_flush_count(lock, count: int) -> None:
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(count))
+    lock.flush()
+
+
+def same_value(a: float, b: float) -> bool:
+    """Equal as MLflow stores them: NaN is NaN, and infinities come back as +/- max float."""
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return math.copysign(1, a) == math.copysign(1, b) and abs(a) > 1e308 and abs(b) > 1e308
+    return a == b
+
+
 class RunLogger:
-    """Logs one cell's params and per-step metrics; idempotent across reruns and resumes."""
+    """Logs one cell's params and metrics; exactly once per (key, step) across processes,
+    reruns and resumes."""
 
     def __init__(self, spec: MlflowSpec, run_dir: str | Path, run_key: str, study: str,
                  params: dict, tags: dict | None = None):
-        from mlflow.entities import Param, RunTag
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=spec.tracking_uri)
-        experiment_id = ensure_experiment(spec)
-        id_file = Path(run_dir) / RUN_ID_FILE
-        run_id = id_file.read_text().strip() if id_file.exists() else self._find(
-            experiment_id, run_key)
-        if run_id is None:
-            all_tags = {"run_key": run_key, "study": study, **(tags or {})}
-            run = self.client.create_run(experiment_id, run_name=run_key, tags=all_tags)
-            run_id = run.info.run_id
-            self.client.log_batch(run_id, params=[Param(k, str(v)[:6000])
-                                                  for k, v in sorted(params.items())])
-        else:
-            self.client.set_terminated(run_id, status="RUNNING")
-            if tags:
-                self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        if not id_file.exists() or id_file.read_text().strip() != run_id:
-            # Atomic: parallel evaluate jobs of the same cell read this file.
-            from race.atomic import write_text_atomic
+        self.run_dir = Path(run_dir)
+        self.run_key, self.study = run_key, study
+        self.params, self.tags = params, dict(tags or {})
+        self.experiment_id = ensure_experiment(spec)
+        self._pending: dict[str, dict[int, float]] = {}
+        with locked(self.run_dir) as lock:
+            self.run_id, created = self._resolve_run()
+            self._start_cache(created, _flush_count(lock))
 
-            write_text_atomic(id_file, run_id + "\n")
-        self.run_id = run_id
-        self.logged_steps = self._logged_steps()
-        self._pending = []
-        self._held: dict[str, set[tuple[int, float]]] = {}  # see log_new_values
+    # ------------------------------------------------------------------ which run
+    def _active(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
 
-    def _find(self, experiment_id: str, run_key: str) -> str | None:
-        runs = self.client.search_runs([experiment_id], f"tags.run_key = '{run_key}'",
-                                       max_results=2)
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:  # not in this store: the DB was deleted or replaced
+            return False
+        return (run.info.lifecycle_stage == "active"
+                and run.info.experiment_id == self.experiment_id)
+
+    def _find(self) -> str | None:
+        runs = self.client.search_runs([self.experiment_id],
+                                       f"tags.run_key = '{self.run_key}'", max_results=1)
         return runs[0].info.run_id if runs else None
 
-    def _logged_steps(self) -> set[int]:
-        # "flops_total" is logged at every step, so its history lists every step already logged.
-        return {m.step for m in self.client.get_metric_history(self.run_id, "flops_total")}
+    def _resolve_run(self) -> tuple[str, bool]:
+        """The run's id (its id file's when the store still holds it, else found by its
+        ``run_key`` tag, else a new run) and whether it was created now."""
+        from mlflow.entities import RunTag
 
-    def log_step(self, step: int, metrics: dict[str, float]) -> bool:
-        """Queue ``metrics`` at ``step`` unless that step was already logged. Returns whether
-        it queued.
+        id_file = self.run_dir / RUN_ID_FILE
+        run_id = id_file.read_text().strip() if id_file.exists() else None
+        if run_id is None or not self._active(run_id):
+            run_id = self._find()
+        created = run_id is None
+        if created:
+            run_id = self._create()
+        else:
+            self.client.set_terminated(run_id, status="RUNNING")
+            if self.tags:
+                self.client.log_batch(run_id, tags=[RunTag(k, str(v))
+                                                    for k, v in self.tags.items()])
+        if not id_file.exists() or id_file.read_text().strip() != run_id:
+            write_text_atomic(id_file, run_id + "\n")  # parallel readers: atomic
+        return run_id, created
 
-        Nothing is sent until :meth:`flush` (training flushes at every checkpoint and at the
-        end): one ``log_batch`` per flush instead of one per step keeps the tracking store
-        off the training loop. Steps queued after the last checkpoint of a killed run are
-        lost with it and logged again when the resumed run replays them.
-        """
+    def _create(self) -> str:
+        from mlflow.entities import Param
+
+        tags = {"run_key": self.run_key, "study": self.study, **self.tags}
+        run_id = self.client.create_run(self.experiment_id, run_name=self.run_key,
+                                        tags=tags).info.run_id
+        self.client.log_batch(run_id, params=[Param(k, str(v)[:6000])
+                                              for k, v in sorted(self.params.items())])
+        return run_id
+
+    def replace_run(self) -> str:
+        """Delete the run (MLflow keeps it in its trash) and start a fresh one with the same
+        key, params and tags (queue its points again): how a changed value replaces the old
+        one."""
+        with locked(self.run_dir) as lock:
+            self.client.delete_run(self.run_id)
+            self.run_id = self._create()
+            write_text_atomic(self.run_dir / RUN_ID_FILE, self.run_id + "\n")
+            count = _flush_count(lock) + 1
+            _set_flush_count(lock, count)
+            self._start_cache(True, count)
+        return self.run_id
+
+    # ------------------------------------------------------------------ what the store holds
+    def _start_cache(self, empty: bool, flush_count: int) -> None:
+        self._held: dict[str, dict[int, float]] = {}
+        self._store_empty = empty  # a run created here holds nothing until something flushes
+        self._seen_flushes = flush_count
+
+    def _held_points(self, key: str) -> dict[int, float]:
+        if key not in self._held:
+            self._held[key] = {} if self._store_empty else {
+                m.step: m.value for m in self.client.get_metric_history(self.run_id, key)}
+        return self._held[key]
+
+    # ------------------------------------------------------------------ logging
+    def log_step(self, step: int, metrics: dict[str, float]) -> None:
+        """Queue ``metrics`` at ``step``; nothing is sent before :meth:`flush` (training
+        flushes at every checkpoint and at the end, so the tracking store stays off the
+        training loop). Steps queued after the last checkpoint of a killed run are lost with
+        it and queued again when the resumed run replays them."""
+        for key, value in metrics.items():
+            if value is not None:
+                self._pending.setdefault(key, {})[int(step)] = float(value)
+
+    def flush(self) -> dict:
+        """Send the queued points the store does not hold; returns ``{"sent": points sent,
+        "steps": {key: steps sent}, "changed": {key: steps held with another value}}``."""
         from mlflow.entities import Metric
 
-        if step in self.logged_steps:
-            return False
-        now = int(time.time() * 1000)
-        self._pending += [Metric(k, float(v), now, step) for k, v in sorted(metrics.items())
-                          if v is not None]
-        self.logged_steps.add(step)
-        return True
+        sent: dict[str, list[int]] = {}
+        changed: dict[str, list[int]] = {}
+        with locked(self.run_dir) as lock:
+            count = _flush_count(lock)
+            if count != self._seen_flushes:  # another process logged: ask the store again
+                self._start_cache(False, count)
+            now = int(time.time() * 1000)
+            batch = []
+            for key, points in sorted(self._pending.items()):
+                held = self._held_points(key)
+                for step, value in sorted(points.items()):
+                    if step not in held:
+                        batch.append(Metric(key, value, now, step))
+                        sent.setdefault(key, []).append(step)
+                    elif not same_value(held[step], value):
+                        changed.setdefault(key, []).append(step)
+            if batch:
+                # Counted before sending: if this process dies between two chunks, every other
+                # logger's cache is stale and it asks the store again.
+                self._seen_flushes = count + 1
+                _set_flush_count(lock, self._seen_flushes)
+            for i in range(0, len(batch), BATCH):
+                self.client.log_batch(self.run_id, metrics=batch[i:i + BATCH])
+                for m in batch[i:i + BATCH]:
+                    self._held[m.key][m.step] = m.value
+        self._pending = {}
+        return {"sent": len(batch), "steps": sent, "changed": changed}
 
-    def log_new_values(self, step: int, metrics: dict[str, float]) -> int:
-        """Queue each metric at ``step`` unless MLflow already holds that value there; returns
-        how many were queued. For metrics logged once per rung from files (evaluations):
-        mirroring the same eval.json again logs nothing, a re-evaluated rung whose numbers
-        changed logs the new value at the same step (MLflow shows the latest)."""
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        queued = 0
-        for key, value in sorted(metrics.items()):
-            if value is None:
-                continue
-            if key not in self._held:  # one history query per key and run
-                self._held[key] = {(m.step, m.value) for m in
-                                   self.client.get_metric_history(self.run_id, key)}
-            point = (int(step), float(value))
-            if point in self._held[key]:
-                continue
-            self._pending.append(Metric(key, point[1], now, point[0]))
-            self._held[key].add(point)
-            queued += 1
-        return queued
-
-    def flush(self) -> None:
-        """Send the queued metrics (``log_batch`` takes at most 1000 per call)."""
-        for i in range(0, len(self._pending), 1000):
-            self.client.log_batch(self.run_id, metrics=self._pending[i:i + 1000])
-        self._pending = []
-
-    def finish(self, status: str = "FINISHED") -> None:
-        self.flush()
+    def finish(self, status: str = "FINISHED") -> dict:
+        result = self.flush()
         self.client.set_terminated(self.run_id, status=status)
+        return result

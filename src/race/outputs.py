@@ -1,0 +1,96 @@
+"""The workflow's JSON outputs: read them validated, and find the damaged ones so that a rerun
+rebuilds them.
+
+RACE writes every JSON output through :mod:`race.atomic` (complete or absent), so a file that
+does not parse was damaged from outside: a full disk, a copy cut short, an edit by hand. Reading
+one raises :class:`CorruptOutputError` naming the file and the job that writes it, never a bare
+``JSONDecodeError``. Snakemake cannot tell such a file from a good one (it looks at existence
+and modification times only), so the workflow calls :func:`set_aside_corrupt` when it starts:
+each damaged output is renamed ``<name>.corrupt`` (kept for inspection, not deleted), Snakemake
+then sees it missing and reruns the job that writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+#: file name -> the workflow job (rule, and the command it runs) that writes it
+PRODUCERS = {
+    "spec.json": "data (race data)",
+    "pre.json": "base (race pretrain)",
+    "prm.json": "prm (race prm)",
+    "ledger.json": "train (race train)",
+    "train.json": "train (race train)",
+    "race_state.json": "train (race train, a checkpoint)",
+    "eval.json": "evaluate (race evaluate)",
+    "selected.json": "select (race select)",
+    "initialized.json": "mlflow_init (race mlflow-init)",
+    "logged.json": "mlflow_log (race mlflow-log)",
+    "mlflow_synced.json": "mlflow_log (race mlflow-log)",
+}
+CORRUPT_SUFFIX = ".corrupt"
+
+
+class CorruptOutputError(ValueError):
+    """An output file exists but is not the JSON object its job writes."""
+
+
+def producer(path: str | Path) -> str:
+    return PRODUCERS.get(Path(path).name, "that writes it")
+
+
+def read_output(path: str | Path) -> dict:
+    """The JSON object in ``path``; a missing or damaged file raises an error naming the file
+    and the job that writes it."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"missing output {path} (written by the {producer(path)} job)")
+    try:
+        payload = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptOutputError(
+            f"{path} is damaged ({exc}); it is written by the {producer(path)} job: rerun the "
+            f"workflow (it sets the file aside as {path.name}{CORRUPT_SUFFIX} and reruns that "
+            f"job)") from None
+    if not isinstance(payload, dict):
+        raise CorruptOutputError(f"{path} holds a JSON {type(payload).__name__}, not the object "
+                                 f"the {producer(path)} job writes")
+    return payload
+
+
+def is_corrupt(path: Path) -> bool:
+    try:
+        read_output(path)
+    except CorruptOutputError:
+        return True
+    return False
+
+
+def corrupt_outputs(results_dir: str | Path) -> list[Path]:
+    """Every output under ``results_dir`` named in :data:`PRODUCERS` that does not parse.
+
+    Checkpoints are left out: resuming skips a damaged checkpoint and takes the one before
+    (race.grpo.run.latest_checkpoint)."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "checkpoints" and not d.startswith(".")]
+        found += [Path(folder) / f for f in files if f in PRODUCERS
+                  and is_corrupt(Path(folder) / f)]
+    return sorted(found)
+
+
+def set_aside(path: Path, reason: str) -> str:
+    """Rename ``path`` to ``<path>.corrupt`` (replacing an older one); returns a log line."""
+    path.replace(path.with_name(path.name + CORRUPT_SUFFIX))
+    return (f"race: {path}: {reason}; set aside as {path.name}{CORRUPT_SUFFIX}, the "
+            f"{producer(path)} job reruns")
+
+
+def set_aside_corrupt(results_dir: str | Path) -> list[str]:
+    """Set every damaged output under ``results_dir`` aside; returns one log line per file."""
+    return [set_aside(p, "damaged (not valid JSON)") for p in corrupt_outputs(results_dir)]
