@@ -65,6 +65,7 @@ BAD = [
     ({"budgets": [1.0e6, 4.0e9, 8.0e9]}, "budgets[0]: 1e+06 FLOPs is below one step"),
     ({"race": {"baseline": "nope"}}, "race.baseline"),
     ({"allocations": {"base": {"num_generation": 4}}}, "num_generation"),
+    ({"sizes": ["nano", "/etc"]}, "sizes[1]: /etc is not a model folder (no config.json)"),
 ]
 
 

@@ -362,7 +362,8 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> None:
 
 
 def load_jsonl(path: str | Path) -> list[Record]:
-    """Load ``{"prompt", "answer"[, "solution"]}`` records; other keys go to ``meta``."""
+    """Load ``{"prompt", "answer"[, "solution"]}`` records; other keys go to ``meta``. An
+    empty file, or a line that is not such an object, is an error naming the file and line."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"task data file not found: {path}")
@@ -374,11 +375,16 @@ def load_jsonl(path: str | Path) -> list[Record]:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{i}: not valid JSON ({exc.msg})") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}:{i}: a record is a JSON object with prompt and answer, "
+                             f"not a {type(raw).__name__}")
         missing = [k for k in ("prompt", "answer") if k not in raw]
         if missing:
             raise ValueError(f"{path}:{i}: record lacks key(s) {missing}")
         meta = {k: v for k, v in raw.items() if k not in ("prompt", "answer", "solution")}
         out.append(Record(str(raw["prompt"]), str(raw["answer"]), raw.get("solution"), meta))
+    if not out:
+        raise ValueError(f"{path}: no records (the file is empty or blank)")
     return out
 
 

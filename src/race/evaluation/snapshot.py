@@ -44,7 +44,10 @@ def load_snapshot(policy: str | Path, adapter: str | Path | None = None, *, merg
 
     from race.data.tokenizer import load_tokenizer
     from race.policy.ladder import load_policy
+    from race.study.inputs import check_adapter_dir
 
+    if adapter is not None:
+        check_adapter_dir(adapter)  # safetensors only, checked before the policy loads
     model = load_policy(str(policy), attn_implementation=attn_implementation,
                         dtype=getattr(torch, dtype))
     arch = flops.Arch.from_config(model.config)
@@ -52,8 +55,6 @@ def load_snapshot(policy: str | Path, adapter: str | Path | None = None, *, merg
     if adapter is not None:
         from peft import PeftModel
 
-        if not (Path(adapter) / "adapter_config.json").exists():
-            raise FileNotFoundError(f"no LoRA adapter (adapter_config.json) in {adapter}")
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
         if merge:
             model = model.merge_and_unload()

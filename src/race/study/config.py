@@ -249,4 +249,10 @@ def check_config(config: dict) -> dict:
             raise ConfigError(f"race.targets[{i}]: unknown target {target!r}")
     _unique(race["validation_seeds"], "race.validation_seeds")
     smallest_step_check(config)
+    from race.study.inputs import InputError, check_inputs
+
+    try:
+        check_inputs(config)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
     return config

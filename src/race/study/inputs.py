@@ -1,0 +1,108 @@
+"""The study's inputs, checked before any compute: the user's task files and every local model
+or adapter folder the config names.
+
+Run by ``race check-config`` and by the workflow when it parses the config, so a bad file
+fails in seconds with the key and the file (and line) named, instead of a job failing later
+with an error from deep inside a library. Hub ids are not checked here (the hub may be
+unreachable from the machine that checks); ladder names are built by the workflow itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from race.study.cells import is_ladder
+
+#: pickle formats that ``torch.load`` would have to unpickle; RACE loads safetensors only
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+class InputError(ValueError):
+    """An input file or folder the config names is missing or unusable."""
+
+
+def _json_object(path: Path, key: str) -> dict:
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{key}: {path} is not readable JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise InputError(f"{key}: {path} holds a JSON {type(payload).__name__}, not an object")
+    return payload
+
+
+def _safetensors_only(folder: Path, key: str, weights: str) -> None:
+    """``weights`` (a file name, or ``"*.safetensors"``) must be there; pickles are refused."""
+    found = sorted(folder.glob(weights))
+    if found:
+        return
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise InputError(f"{key}: {folder} holds pickle weights ({', '.join(pickles)}); RACE "
+                         "loads safetensors only (resave with save_pretrained(..., "
+                         "safe_serialization=True))")
+    raise InputError(f"{key}: {folder} has no weights ({weights})")
+
+
+def check_model_dir(path: str | Path, key: str) -> None:
+    """A local model folder: ``config.json`` with a ``model_type``, safetensors weights and
+    a tokenizer."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise InputError(f"{key}: {folder} is not a folder")
+    config = folder / "config.json"
+    if not config.is_file():
+        raise InputError(f"{key}: {folder} is not a model folder (no config.json)")
+    if "model_type" not in _json_object(config, key):
+        raise InputError(f"{key}: {config} names no model_type")
+    _safetensors_only(folder, key, "*.safetensors")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(f"{key}: {folder} has no tokenizer (one of {', '.join(TOKENIZER_FILES)})")
+
+
+def check_adapter_dir(path: str | Path, key: str = "adapter") -> None:
+    """A PEFT LoRA adapter folder: ``adapter_config.json`` and ``adapter_model.safetensors``."""
+    folder = Path(path)
+    config = folder / "adapter_config.json"
+    if not config.is_file():
+        raise InputError(f"{key}: no LoRA adapter (adapter_config.json) in {folder}")
+    _json_object(config, key)
+    _safetensors_only(folder, key, "adapter_model.safetensors")
+
+
+def check_task_file(path: str | Path, key: str) -> int:
+    """A task JSONL file with at least one record (race.data.task.load_jsonl checks each
+    line); returns the number of records."""
+    from race.data.task import load_jsonl
+
+    try:
+        records = load_jsonl(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{key}: {exc}") from None
+    if not records:
+        raise InputError(f"{key}: {path} holds no records")
+    return len(records)
+
+
+def _local(spec) -> bool:
+    """A model spec that names a local folder (not a ladder name, not a hub id)."""
+    return spec is not None and not is_ladder(spec) and Path(str(spec)).exists()
+
+
+def check_inputs(config: dict) -> None:
+    """Check every input file and local model folder the config names."""
+    task = config["task"]
+    if task.get("kind") == "jsonl":
+        for key in ("train_jsonl", "eval_in_jsonl", "eval_ood_jsonl"):
+            if task.get(key):
+                check_task_file(task[key], f"task.{key}")
+    named = [(f"sizes[{i}]", s) for i, s in enumerate(config["sizes"])]
+    named += [(f"prm.sizes[{i}]", s) for i, s in enumerate(config["prm"]["sizes"])]
+    named += [(f"rewards.{name}.{kind}", r.get(kind)) for name, r in config["rewards"].items()
+              for kind in ("prm", "orm")]
+    named.append(("eval.prm", config["eval"].get("prm")))
+    for key, spec in named:
+        if _local(spec):
+            check_model_dir(spec, key)

@@ -1,0 +1,85 @@
+"""Inputs checked before compute: task files and local model / adapter folders, each error
+naming the config key and the file (and line)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from race.study.config import ConfigError, load_config
+from race.study.inputs import InputError, check_adapter_dir, check_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def smoke(tmp_path: Path, **override) -> Path:
+    raw = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    raw["results_dir"] = str(tmp_path / "results")
+    raw.update(override)
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def jsonl_task(tmp_path: Path, train: str) -> dict:
+    good = tmp_path / "eval.jsonl"
+    good.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
+    (tmp_path / "train.jsonl").write_text(train)
+    return {"kind": "jsonl", "train_jsonl": str(tmp_path / "train.jsonl"),
+            "eval_in_jsonl": str(good), "eval_ood_jsonl": str(good)}
+
+
+@pytest.mark.parametrize("train, message", [
+    ("", "task.train_jsonl: {path}: no records"),
+    ("\n  \n", "task.train_jsonl: {path}: no records"),
+    ('{"prompt": "1+1=", "answer": "2"}\n[1, 2]\n', "{path}:2: a record is a JSON object"),
+    ('{"prompt": "1+1="}\n', "{path}:1: record lacks key(s) ['answer']"),
+    ('{"prompt": "1+1=", "answer": "2"}\n{"prompt": \n', "{path}:2: not valid JSON"),
+])
+def test_bad_task_files_are_named_with_their_line(tmp_path, train, message):
+    path = smoke(tmp_path, task=jsonl_task(tmp_path, train), teacher={"noisy": False})
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert message.format(path=tmp_path / "train.jsonl") in str(err.value)
+
+
+def test_a_folder_that_is_not_a_model_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"sizes\[1\]: /etc is not a model folder"):
+        load_config(smoke(tmp_path, sizes=["nano", "/etc"]))
+
+
+def test_model_folders_need_safetensors_and_a_tokenizer(tmp_path, tokenizer):
+    from race.policy.ladder import build_ladder_model
+
+    model = tmp_path / "model"
+    build_ladder_model("nano", tokenizer, seed=0).save_pretrained(model)
+    with pytest.raises(InputError, match="has no tokenizer"):
+        check_model_dir(model, "sizes[0]")
+    tokenizer.save_pretrained(model)
+    check_model_dir(model, "sizes[0]")  # a complete folder passes
+    (model / "model.safetensors").rename(model / "pytorch_model.bin")
+    with pytest.raises(InputError, match=r"sizes\[0\]: .* holds pickle weights "
+                                         r"\(pytorch_model.bin\); RACE loads safetensors only"):
+        check_model_dir(model, "sizes[0]")
+
+
+def test_pickled_adapters_are_refused(tmp_path):
+    adapter = tmp_path / "budget~1e9"
+    adapter.mkdir()
+    with pytest.raises(InputError, match="no LoRA adapter"):
+        check_adapter_dir(adapter)
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 4}))
+    (adapter / "adapter_model.bin").write_bytes(b"not unpickled")
+    with pytest.raises(InputError, match=r"pickle weights \(adapter_model.bin\)"):
+        check_adapter_dir(adapter)
+
+
+def test_check_config_reports_the_bad_input(tmp_path):
+    path = smoke(tmp_path, task=jsonl_task(tmp_path, ""), teacher={"noisy": False})
+    proc = subprocess.run([sys.executable, "-m", "race.cli", "check-config", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"task.train_jsonl: {tmp_path / 'train.jsonl'}: no records" in proc.stderr
