@@ -33,5 +33,5 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         final_targets(),
-        validation_evals if RACE_ON else [],
+        validation_targets if RACE_ON else [],
     default_target: True

@@ -8,11 +8,11 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from faults import checkpoint, steps_done, wait_for
 
 from race.atomic import current_umask
 from race.data.task import TaskSpec, write_splits
@@ -149,32 +149,12 @@ def test_determinism(tiny_base, reference_run, tmp_path):
     assert metrics == again
 
 
-def kill_when(proc: subprocess.Popen, ready, timeout: float = 240) -> None:
-    """SIGKILL ``proc`` as soon as ``ready()`` holds (it must still be running then)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None and not ready():
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 def start_training(job: TrainJob) -> subprocess.Popen:
     code = ("import sys, torch; torch.set_num_threads(1); from race.grpo.run import run_training;"
             " from race.study.jobs import TrainJob, from_json;"
             " run_training(from_json(TrainJob, sys.argv[1]))")
     return subprocess.Popen([sys.executable, "-c", code, to_json(job)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def checkpointed_rungs(run_dir: Path) -> int:
-    """Rungs done in the latest readable checkpoint (0 without one)."""
-    for path in (run_dir / "checkpoints").glob("checkpoint-*/race_state.json"):
-        try:
-            return len(json.loads(path.read_text())["rungs_done"])
-        except (OSError, ValueError):
-            pass
-    return 0
 
 
 def delete_declared_outputs(run_dir: Path, rungs) -> None:
@@ -193,17 +173,15 @@ def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp
     killed = tmp_path / "cell"
     job = make_job(tiny_base, killed, [B1, B2])
     proc = start_training(job)
-    metrics = killed / "metrics.jsonl"  # appended every step
 
-    def past_a_rung_checkpoint() -> bool:
-        if checkpointed_rungs(killed) < 1 or not metrics.exists():
-            return False
-        ckpt = max(int(p.name.split("-")[1]) for p in (killed / "checkpoints").iterdir()
-                   if p.name.startswith("checkpoint-"))
-        lines = metrics.read_text().splitlines()
-        return len(lines) > ckpt and lines[-1].endswith("}")
+    def past_a_rung_checkpoint() -> int | None:
+        step, rungs = checkpoint(killed)
+        return proc.pid if rungs >= 1 and steps_done(killed) > step else None
 
-    kill_when(proc, past_a_rung_checkpoint)
+    pid = wait_for(past_a_rung_checkpoint, proc, timeout=240)
+    assert pid is not None, "the run finished before it could be killed"
+    os.kill(pid, signal.SIGKILL)
+    proc.wait()
     assert rung_complete(killed, B1) and not (killed / "DONE").exists()
     delete_declared_outputs(killed, [B1, B2])
     run_training(job)  # resumes from the checkpoint
@@ -384,3 +362,15 @@ def test_bfloat16_policy_when_the_config_asks(tiny_base, tmp_path, monkeypatch):
     monkeypatch.undo()
     fp32 = run_training(make_job(tiny_base, tmp_path / "fp32", [2.5 * bound], alloc=alloc))
     assert bf16["steps"] == fp32["steps"] == 2
+
+
+def test_fingerprint_follows_the_weights_not_other_files(tiny_base, tmp_path):
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base / "base", base)
+    job = replace(make_job(tiny_base, tmp_path / "cell", [B1]), base=str(base))
+    before = job_fingerprint(job)
+    (base / "eval.json").write_text("{}")  # the base policy's evaluation lands in its folder
+    assert job_fingerprint(job) == before
+    weights = base / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert job_fingerprint(job) != before  # pretrained again

@@ -1,15 +1,20 @@
 """The Snakemake study, driven from pytest in a temporary copy of the workflow."""
 
 import json
+import os
+import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+from faults import checkpoint, steps_done, wait_for
 
 from race.study.cells import format_budget
 from race.study.dry_run import job_counts
@@ -94,10 +99,19 @@ def test_duplicate_names_are_rejected(tmp_path):
         read_yaml(path)
 
 
-@pytest.mark.slow
-def test_smoke_study_end_to_end(tmp_path):
-    wd = workdir(tmp_path)
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory) -> dict:
+    """The smoke study, run once uninterrupted, and what the fault-injection test must find
+    again after its faults: the runs table, every ledger, every MLflow point."""
+    wd = workdir(tmp_path_factory.mktemp("smoke"))
     snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
+    return {"wd": wd, "runs": runs_table(wd), "ledgers": ledgers(wd),
+            "mlflow": mlflow_points(wd)}
+
+
+@pytest.mark.slow
+def test_smoke_study_end_to_end(smoke_study):
+    wd = smoke_study["wd"]
     config = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
     runs = pd.read_csv(wd / "results" / "runs.csv")
     trained = runs[runs["stage"] != "base"]
@@ -155,3 +169,105 @@ def mlflow_eval_points(db) -> dict[str, tuple[int, int]]:
     rows = db.execute("select run_uuid, count(*), count(distinct key || ':' || step) "
                       "from metrics where key like 'eval/%' group by run_uuid").fetchall()
     return {run: (n, distinct) for run, n, distinct in rows}
+
+
+# ----------------------------------------------------------------------------- faults
+
+KILLED = "size~nano/reward~rule/alloc~base/seed~0"  # the cell with the most steps
+CUT_LEDGER = "size~micro/reward~rule/alloc~updates/seed~0/budget~8e9/ledger.json"
+CUT_EVAL = "size~nano/reward~rule+prm/alloc~base/seed~0/budget~4e9/eval.json"
+
+
+def runs_table(wd: Path) -> pd.DataFrame:
+    runs = pd.read_csv(wd / "results" / "runs.csv").drop(columns="wall_s")
+    return runs.sort_values(["stage", "cell", "budget"]).reset_index(drop=True)
+
+
+def without_wall_time(obj):
+    if isinstance(obj, dict):
+        return {k: without_wall_time(v) for k, v in obj.items() if k != "wall_s"}
+    if isinstance(obj, list):
+        return [without_wall_time(v) for v in obj]
+    return obj
+
+
+def ledgers(wd: Path) -> dict[str, dict]:
+    """Every ledger of the study (each rung's and each run's), wall seconds aside."""
+    root = wd / "results" / "runs"
+    return {str(p.relative_to(root)): without_wall_time(json.loads(p.read_text()))
+            for p in sorted(root.rglob("ledger.json")) if "checkpoints" not in p.parts}
+
+
+def mlflow_points(wd: Path) -> list[tuple]:
+    """(run_key, key, step, value) of every metric point of the active runs, with repeats."""
+    db = sqlite3.connect(wd / "results" / "mlflow" / "mlflow.db")
+    rows = db.execute("select t.value, m.key, m.step, m.value from metrics m join runs r on "
+                      "r.run_uuid = m.run_uuid join tags t on t.run_uuid = m.run_uuid and "
+                      "t.key = 'run_key' where r.lifecycle_stage = 'active'").fetchall()
+    db.close()
+    return sorted(rows)
+
+
+def train_pid(cell: str) -> int | None:
+    """The pid of the ``race train`` process of ``cell`` (not the shell that started it)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, ValueError):
+            continue
+        if argv[1:4] == ["-m", "race.cli", "train"] and f"runs/{cell}" in " ".join(argv):
+            return int(proc.name)
+    return None
+
+
+def cut_short(path: Path) -> None:
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+
+
+@pytest.mark.slow
+def test_faults_leave_the_study_as_if_uninterrupted(smoke_study, tmp_path):
+    """Kill one training job after its second rung, rerun; then delete the MLflow DB, cut
+    a ledger and an evaluation short, rerun: the study is the uninterrupted one."""
+    wd = workdir(tmp_path)
+    run = wd / "results" / "runs" / KILLED
+    study = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2",
+                              "--configfile", "configs/smoke.yaml"], cwd=wd,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def two_steps_past_the_second_rungs_checkpoint() -> int | None:
+        step, rungs = checkpoint(run)
+        return train_pid(KILLED) if rungs >= 2 and steps_done(run) >= step + 2 else None
+
+    pid = wait_for(two_steps_past_the_second_rungs_checkpoint, study)
+    assert pid is not None, "the training job finished before it could be killed"
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    killed_at = steps_done(run)
+    assert study.wait(timeout=900) != 0  # the workflow reports the killed job
+    assert not (run / "DONE").exists()
+
+    snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
+    log = (wd / "logs" / "runs" / f"{KILLED}.log").read_text()
+    resumed = re.search(r"resuming from checkpoint-(\d+) \((\d+) steps kept; rung summaries "
+                        r"rebuilt: \['4e9', '8e9'\]\)", log)
+    assert resumed, log[-2000:]
+    kept = int(resumed.group(2))
+    print(f"killed after {killed_at} steps; resumed from step {kept}: "
+          f"{killed_at - kept} steps redone")
+    assert killed_at - kept < 8  # at most one checkpoint interval (save_every 4) + the kill lag
+
+    (wd / "results" / "mlflow" / "mlflow.db").unlink()
+    cut_short(wd / "results" / "runs" / CUT_LEDGER)
+    cut_short(wd / "results" / "runs" / CUT_EVAL)
+    rerun = snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
+    notes = rerun.stdout + rerun.stderr
+    assert "set aside as ledger.json.corrupt, the train (race train) job reruns" in notes
+    assert "set aside as eval.json.corrupt, the evaluate (race evaluate) job reruns" in notes
+    assert "the tracking DB" in notes and "rebuilds it" in notes
+
+    pd.testing.assert_frame_equal(runs_table(wd), smoke_study["runs"])
+    assert ledgers(wd) == smoke_study["ledgers"]
+    points = mlflow_points(wd)
+    assert len({p[:3] for p in points}) == len(points)  # no (run, key, step) twice
+    assert points == smoke_study["mlflow"]  # the same runs and points as before

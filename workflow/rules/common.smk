@@ -115,13 +115,26 @@ def validation_evals(w):
     return [rung_eval(c, VALIDATION_BUDGET) for c in C.validation_cells(STUDY, selected)]
 
 
+def rung_ledger(cell, budget):
+    return in_results(f"runs/{cell.key}/budget~{budget}/ledger.json")
+
+
 def final_targets():
     """What `snakemake` builds: the reports, the runs table, the MLflow mirror, the whole
-    feedback ladder, and every evaluation by name. Naming the evaluations matters: Snakemake
-    does not rebuild a deleted intermediate file whose consumers are up to date, so a deleted
-    rung evaluation is rebuilt (with the tables and reports after it) only because it is a
-    requested target."""
+    feedback ladder, and every base policy, rung ledger and evaluation by name. Naming them
+    matters: Snakemake does not rebuild a deleted intermediate file whose consumers are up to
+    date, so a deleted (or damaged, hence set aside) rung ledger or evaluation is rebuilt, with
+    the tables and reports after it, only because it is a requested target."""
     targets = ["reports/report.md", in_results("runs.csv")]
     targets += [in_results("mlflow/logged.json")] if MLFLOW_ON else []
     targets += [in_results(f"prm/size~{p}/prm.json") for p in PRMS]
+    targets += [in_results(f"base/size~{s}/pre.json") for s in LADDER]
+    targets += [rung_ledger(c, b) for c in GRID for b in BUDGETS]
     return targets + grid_evals() + base_evals()
+
+
+def validation_targets(w):
+    """The validation runs' ledgers and evaluations (named for the same reason)."""
+    selected = read_output(checkpoints.select.get().output.selected)["selected"]
+    cells = C.validation_cells(STUDY, selected)
+    return [rung_ledger(c, VALIDATION_BUDGET) for c in cells] + validation_evals(w)

@@ -1,10 +1,11 @@
-"""``race check-config``: validate a study config (schema + cross-field checks), nothing written."""
+"""``race check-config``: validate a study config (schema, cross-field checks, and the task files
+and local model folders it names: race.study.inputs), nothing written."""
 
 from __future__ import annotations
 
 import sys
 
-HELP = "validate a study config (schema + cross-field)"
+HELP = "validate a study config (schema, cross-field, input files and model folders)"
 
 
 def add_arguments(p) -> None:

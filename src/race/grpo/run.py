@@ -83,12 +83,14 @@ def rung_complete(run_dir: str | Path, budget: float) -> bool:
 
 
 def _stamps(path: Path) -> list:
-    """(name, size, mtime_ns) of a file, or of the files directly in a folder."""
+    """(name, size, mtime_ns) of a file, or of a model folder's config and weights (not of
+    everything in it: the base policy's folder also receives its evaluation)."""
     if path.is_file():
         st = path.stat()
         return [[str(path), st.st_size, st.st_mtime_ns]]
     if path.is_dir():
-        return [s for p in sorted(path.iterdir()) if p.is_file() for s in _stamps(p)]
+        model = [path / "config.json", *sorted(path.glob("*.safetensors"))]
+        return [s for p in model if p.is_file() for s in _stamps(p)]
     return []
 
 

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from race.atomic import write_json_atomic
-from race.outputs import read_output
+from race.outputs import CorruptOutputError, read_output
 from race.study import cells as C
 from race.study import jobs, specs
 from race.tracking.eval_metrics import log_eval
@@ -41,7 +41,16 @@ def _metrics_rows(run_dir: Path) -> list[dict]:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"missing run output: {path}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            raise CorruptOutputError(f"{path}:{i} is damaged; it is written by the train (race "
+                                     "train) job: delete the run's DONE and rerun") from None
+    return rows
 
 
 def _digest(paths: list[Path]) -> str:
