@@ -14,9 +14,11 @@ from race.tracking.mirror import forget_lost_store
 # Cross-field checks (unknown names, rungs below one step, ...) before any job is scheduled.
 STUDY = S.check_config(config)
 R = str(C.results(STUDY))
-# A damaged output looks up to date to Snakemake: set it aside so its job reruns.
-for line in set_aside_corrupt(R) + forget_lost_store(STUDY):
-    print(line, file=sys.stderr)
+# A damaged output looks up to date to Snakemake: set it aside so its job reruns (once, in the
+# scheduling process; cluster jobs parse this file again and leave results alone).
+if workflow.is_main_process:
+    for line in set_aside_corrupt(R) + forget_lost_store(STUDY):
+        print(line, file=sys.stderr)
 # The package's CLI through this interpreter: works without activating the virtualenv.
 RACE = f"{sys.executable} -m race.cli"
 # The content-derived path of one cell (docs/design.md): run folder, MLflow run name, run_key.

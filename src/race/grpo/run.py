@@ -396,9 +396,12 @@ def run_training(job: TrainJob) -> dict:
                   f"summaries rebuilt: {[format_budget(b) for b in rebuilt]})", file=sys.stderr)
     if resume is None:
         # Fresh: nothing of an earlier or different run may leak in (TRL would rotate its
-        # checkpoints in with the new ones; metrics.jsonl is appended to).
+        # checkpoints in with the new ones; metrics.jsonl is appended to; an old rung's
+        # adapter must not pass for this job's).
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
         (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+        for old_rung in run_dir.glob("budget~*"):
+            shutil.rmtree(old_rung)
 
     if len(run.rungs_done) == len(job.rungs):  # killed after its last snapshot
         return _finish(run, job, run_dir)
