@@ -29,7 +29,7 @@ figures: $(STAMP)
 
 ## ui: the MLflow UI over the study's tracking DB, bound to 127.0.0.1
 ui: $(STAMP)
-	$(BIN)/mlflow ui --host 127.0.0.1 --port 5000 \
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --host 127.0.0.1 --port 5000 \
 		--backend-store-uri sqlite:///results/mlflow/mlflow.db \
 		--default-artifact-root results/mlflow/artifacts
 

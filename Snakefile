@@ -19,6 +19,9 @@ if not workflow.overwrite_configfiles:
 validate(config, str(SCHEMA))
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/base.smk"

@@ -15,6 +15,8 @@ from race.study.cells import format_budget
 from race.tracking.mirror import mirror_study
 
 ROOT = Path(__file__).resolve().parents[1]
+T0 = 1_700_000_000.0  # the training clock of the synthetic runs (epoch seconds)
+STUDY_POINTS = 2  # the study run's summary without reports: study/cells, study/model_flops
 
 
 @pytest.fixture()
@@ -35,8 +37,8 @@ def write_finished_run(config, cell, steps=3):
     """A run folder as training and evaluation leave it: metrics, rung evals, DONE."""
     run = C.run_dir(config, cell)
     run.mkdir(parents=True)
-    rows = [{"step": s, "flops_total": 100 * s, "reward_mean": 0.1 * s} for s in
-            range(1, steps + 1)]
+    rows = [{"step": s, "flops_total": 100 * s, "reward_mean": 0.1 * s, "time": T0 + s}
+            for s in range(1, steps + 1)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for i, budget in enumerate(C.cell_rungs(config, cell), start=1):
         rung = run / f"budget~{format_budget(budget)}"
@@ -44,6 +46,8 @@ def write_finished_run(config, cell, steps=3):
         payload = {"rung": {"step": i}, "adapter": str(rung),
                    "targets": {"in_pass1": {"acc": 0.25 * i, "lo": 0.1, "hi": 0.5}}}
         (rung / "eval.json").write_text(json.dumps(payload))
+        (rung / "ledger.json").write_text(json.dumps({"step": i, "model_flops": 100 * i}))
+    (run / "train.json").write_text(json.dumps({"model_flops": 100 * steps}))
     (run / "DONE").write_text("")
     return run
 
@@ -62,7 +66,7 @@ def test_mirror_logs_each_run_once_and_a_rerun_logs_nothing(config):
     first = mirror_study(config, [])
     assert first["runs"][cell.key]["steps_logged"] == 3
     assert first["runs"][cell.key]["eval_values_logged"] == 3 * len(config["budgets"])
-    assert history(config, run, "flops_total") == [(1, 100), (2, 200), (3, 300)]
+    assert history(config, run, "flops/total") == [(1, 100), (2, 200), (3, 300)]
     evals = [(i, 0.25 * i) for i in range(1, len(config["budgets"]) + 1)]
     assert history(config, run, "eval/in_pass1") == evals
 
@@ -84,7 +88,7 @@ def test_mirror_completes_a_live_run_without_duplicates(config):
     summary = mirror_study(config, [])
     assert summary["runs"][cell.key]["run_id"] == live.run_id  # the same run, continued
     assert summary["runs"][cell.key]["steps_logged"] == 2
-    assert history(config, run, "flops_total") == [(1, 100), (2, 200), (3, 300)]
+    assert history(config, run, "flops/total") == [(1, 100), (2, 200), (3, 300)]
 
 
 def test_mirror_names_a_missing_evaluation(config):
@@ -134,9 +138,9 @@ def test_a_crash_between_two_batches_loses_nothing_and_doubles_nothing(config, m
     monkeypatch.setattr(MlflowClient, "log_batch", real)
     again = mirror_study(config, [])["runs"][cell.key]
     got = points(config)
-    assert len(got) == len(set(got)) == 2 * 700 + 3 * len(config["budgets"])
+    assert len(got) == len(set(got)) == 2 * 700 + 3 * len(config["budgets"]) + STUDY_POINTS
     assert again["steps_logged"] > 0
-    assert history(config, run, "reward_mean")[-1] == (700, pytest.approx(70.0))
+    assert history(config, run, "train/reward_mean")[-1] == (700, pytest.approx(70.0))
 
 
 def start_mirror(config, tmp_path, out: str) -> subprocess.Popen:
@@ -159,7 +163,8 @@ def test_two_mirrors_at_once_log_one_run_and_each_point_once(config, tmp_path):
     procs = [start_mirror(config, tmp_path, f"logged{i}.json") for i in range(2)]
     assert [p.wait(timeout=300) for p in procs] == [0, 0]
     got = points(config)
-    assert len(got) == len(set(got)) == len(cells) * (2 * 200 + 3 * len(config["budgets"]))
+    assert len(got) == len(set(got)) == len(cells) * (2 * 200 + 3 * len(config["budgets"])) + (
+        STUDY_POINTS)
     assert all(len(active_runs(config, c)) == 1 for c in cells)
 
 
@@ -183,8 +188,8 @@ def test_a_deleted_tracking_db_is_rebuilt_from_the_run_folders(config, tmp_path)
     assert (again["steps_logged"], again["eval_values_logged"]) == (
         first["steps_logged"], first["eval_values_logged"])
     # (read with sqlite3: this process's MLflow client still holds the deleted file open)
-    assert sorted((s, k) for r, k, s in points(config) if k == "flops_total") == [
-        (1, "flops_total"), (2, "flops_total"), (3, "flops_total")]
+    assert sorted((s, k) for r, k, s in points(config) if k == "flops/total") == [
+        (1, "flops/total"), (2, "flops/total"), (3, "flops/total")]
 
 
 def test_a_changed_evaluation_replaces_the_run(config):
@@ -198,6 +203,60 @@ def test_a_changed_evaluation_replaces_the_run(config):
     again = mirror_study(config, [])["runs"][cell.key]
     assert again["run_id"] != first["run_id"] and len(active_runs(config, cell)) == 1
     assert history(config, run, "eval/in_pass1")[:2] == [(1, 0.9), (2, 0.5)]
-    assert history(config, run, "flops_total") == [(1, 100), (2, 200), (3, 300)]
+    assert history(config, run, "flops/total") == [(1, 100), (2, 200), (3, 300)]
     got = points(config)
     assert len(got) == len(set(got))
+
+
+def test_the_runs_view_a_researcher_opens(config, tmp_path):
+    """Read back through the client: cell runs nested under the finished study run, the
+    params a researcher filters on, grouped metric names at the training clock, the runs'
+    real start and end, rung files and reports as artifacts."""
+    from mlflow.tracking import MlflowClient
+
+    from race.flops.analytic import resolve_arch
+    from race.policy.ladder import ladder_config
+
+    cell = C.grid_cells(config)[0]
+    write_finished_run(config, cell)
+    base = C.base_dir(config, cell.size)
+    ladder_config("nano", 64).save_pretrained(base)
+    reports = tmp_path / "reports"
+    (reports / "figures").mkdir(parents=True)
+    (reports / "report.md").write_text("# report\n")
+    (reports / "regime.csv").write_text("size,budget,decided\nnano,4e9,True\nnano,8e9,False\n")
+    (reports / "figures" / "frontier.png").write_bytes(b"png")
+    summary = mirror_study(config, [], reports)
+
+    client = MlflowClient(tracking_uri=config["mlflow"]["tracking_uri"])
+    exp = client.get_experiment_by_name(config["study"])
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # the runs view
+    study = client.get_run(summary["study_run_id"])
+    assert study.info.status == "FINISHED"
+    assert study.data.metrics["study/cells"] == 1 and study.data.metrics["study/model_flops"] == 300
+    assert study.data.metrics["study/decided_cells"] == 1
+    assert study.data.tags["git_commit"] and study.data.tags["version.torch"]
+    files = {a.path for a in client.list_artifacts(study.info.run_id)}
+    assert {"config.json", "reports"} <= files
+    assert {a.path for a in client.list_artifacts(study.info.run_id, "reports/figures")} == {
+        "reports/figures/frontier.png"}
+
+    cell_run = client.get_run(summary["runs"][cell.key]["run_id"])
+    assert cell_run.data.tags["mlflow.parentRunId"] == study.info.run_id
+    params = cell_run.data.params
+    arch = resolve_arch(base)
+    assert (params["size"], params["reward"], params["alloc"]) == (cell.size, cell.reward,
+                                                                   cell.alloc)
+    assert params["policy_params"] == str(arch.params())
+    assert params["alloc.lora_alpha"] == "8"  # rank 4, alpha unset: the effective 2 x rank
+    assert params["task.n_train"] == str(config["task"]["n_train"])
+    assert "eval.sampled_k" in params and "pretrain.token_budget" in params
+    points = client.get_metric_history(cell_run.info.run_id, "flops/total")
+    assert [(m.step, m.timestamp) for m in points] == [(s, int((T0 + s) * 1000))
+                                                       for s in (1, 2, 3)]
+    assert "train/reward_mean" in cell_run.data.metrics
+    assert (cell_run.info.start_time, cell_run.info.end_time) == (int((T0 + 1) * 1000),
+                                                                  int((T0 + 3) * 1000))
+    rung = f"budget~{format_budget(config['budgets'][0])}"
+    assert {a.path for a in client.list_artifacts(cell_run.info.run_id, rung)} == {
+        f"{rung}/eval.json", f"{rung}/ledger.json"}

@@ -75,6 +75,11 @@ def flops_rows(ledger: dict) -> list[tuple]:
             for r in ledger["rows"]]
 
 
+def without_timing(row: dict) -> dict:
+    """A metrics.jsonl row without its wall-clock fields (time, seconds per phase)."""
+    return {k: v for k, v in row.items() if k != "time" and not k.endswith("_s")}
+
+
 def read_rung(run_dir: Path, budget: float) -> dict:
     return json.loads((rung_dir(run_dir, budget) / "ledger.json").read_text())
 
@@ -144,8 +149,10 @@ def test_determinism(tiny_base, reference_run, tmp_path):
         assert flops_rows(read_rung(other, budget)) == flops_rows(read_rung(run_dir, budget))
         a, b = adapter_tensors(other, budget), adapter_tensors(run_dir, budget)
         assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    again = [json.loads(line) for line in (other / "metrics.jsonl").read_text().splitlines()]
+    metrics = [without_timing(json.loads(line))
+               for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    again = [without_timing(json.loads(line))
+             for line in (other / "metrics.jsonl").read_text().splitlines()]
     assert metrics == again
 
 
@@ -256,11 +263,11 @@ def test_mlflow_one_run_per_cell_and_no_duplicate_steps(tiny_base, tmp_path):
     exp = client.get_experiment_by_name("t")
     runs = client.search_runs([exp.experiment_id])
     assert len(runs) == 1 and runs[0].data.tags["run_key"] == "size~nano/reward~rule"
-    history = client.get_metric_history(runs[0].info.run_id, "flops_total")
+    history = client.get_metric_history(runs[0].info.run_id, "flops/total")
     assert sorted(m.step for m in history) == list(range(1, summary["steps"] + 1))
     assert max(m.value for m in history) == summary["model_flops"]
-    for key in ("flops_rollout", "flops_learning", "flops_reward", "p_learning", "updates",
-                "rollouts", "reward_mean"):
+    for key in ("flops/rollout", "flops/learning", "flops/reward", "flops/p_learning",
+                "progress/updates", "progress/rollouts", "train/reward_mean", "perf/rollout_s"):
         assert key in runs[0].data.metrics
 
 
@@ -374,3 +381,19 @@ def test_fingerprint_follows_the_weights_not_other_files(tiny_base, tmp_path):
     weights = base / "model.safetensors"
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     assert job_fingerprint(job) != before  # pretrained again
+
+
+def test_a_rung_adapter_names_its_base_and_how_it_was_trained(tiny_base, reference_run,
+                                                              tmp_path, monkeypatch):
+    run_dir, _ = reference_run
+    rung = rung_dir(run_dir, B1)
+    config = json.loads((rung / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str((tiny_base / "base").resolve())
+    card = (rung / "README.md").read_text()
+    ledger = read_rung(run_dir, B1)
+    assert f"steps {ledger['steps']}, optimizer updates {ledger['updates']}" in card
+    assert "rank 4, alpha 8" in card and "[More Information Needed]" not in card
+    monkeypatch.chdir(tmp_path)  # the base resolves from anywhere
+    from race.evaluation.snapshot import load_snapshot
+
+    assert load_snapshot(config["base_model_name_or_path"], rung).adapter == str(rung)

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ import pytest
 import yaml
 from faults import checkpoint, steps_done, wait_for
 
+from race.analysis.report import FIGURE_CAPTIONS
 from race.study.cells import format_budget
 from race.study.dry_run import job_counts
 
@@ -127,7 +129,7 @@ def test_smoke_study_end_to_end(smoke_study):
         "select value from tags where key = 'run_key'")]
     assert sorted(keys) == sorted(cells)  # exactly one MLflow run per cell
     per_run = db.execute("select run_uuid, count(*), count(distinct step) from metrics "
-                         "where key = 'flops_total' group by run_uuid").fetchall()
+                         "where key = 'flops/total' group by run_uuid").fetchall()
     assert len(per_run) == len(cells)  # every cell logged its FLOP curve
     assert all(n == distinct and n > 0 for _, n, distinct in per_run)  # no step twice
     evals = mlflow_eval_points(db)
@@ -142,6 +144,10 @@ def test_smoke_study_end_to_end(smoke_study):
     assert runs["acc_sampled_pass1"].notna().all() and (runs["n_sampled_pass1"] == 8).all()
     figures = sorted(p.name for p in (wd / "reports" / "figures").glob("*.png"))
     assert len(figures) == 6
+    # Progress inside the jobs: a line per training step, and pretraining's progress.
+    train_log = (wd / "logs" / "runs" / f"{KILLED}.log").read_text()
+    assert re.search(r"race train: step 1 \| [0-9.e+]+ / [0-9.e+]+ model FLOPs", train_log)
+    assert "race pretrain: " in (wd / "logs" / "base" / "size~nano.log").read_text()
 
     # Delete one rung's evaluation: only that cell's evaluation job (all of its rungs) and what
     # depends on it rebuild -- the pilot table and the selection too, since the job rewrites
@@ -162,6 +168,18 @@ def test_smoke_study_end_to_end(smoke_study):
     # A second run has nothing to do.
     again = snakemake(wd, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml").stdout
     assert "Nothing to be done" in again
+
+    # Snakemake's report: each figure with its own caption, the report text, the tables.
+    snakemake(wd, "--report", "report.zip", "--configfile", "configs/smoke.yaml")
+    with zipfile.ZipFile(wd / "report.zip") as z:
+        names = z.namelist()
+        text = "".join(z.read(n).decode(errors="ignore") for n in names
+                       if n.endswith((".html", ".js")))
+    for name in ("report.html", "frontier.csv", "regime.csv",
+                 *(f"figures/{f}" for f in figures)):
+        assert any(n.endswith(name) for n in names), name
+    for caption in FIGURE_CAPTIONS.values():
+        assert caption.split(";")[0][1:40] in text, caption
 
 
 def mlflow_eval_points(db) -> dict[str, tuple[int, int]]:

@@ -30,14 +30,16 @@ rule mlflow_log:
     input:
         runs=in_results("runs.csv"),
         selected=in_results("race/selected.json") if RACE_ON else [],
+        report="reports/report.md",
     output:
         in_results("mlflow/logged.json"),
     params:
         race=RACE,
-        # The mirror rebuilds each cell's train and eval jobs (run params, expected evaluations).
-        config=S.config_slice(STUDY, "study", "sizes", "rewards", "allocations", "budgets",
-                              "seeds", "race", "eval", "results_dir", "training", "prm", "mlflow"),
+        # The whole resolved config: the mirror rebuilds each cell's train and eval jobs (run
+        # params, expected evaluations) and attaches the config to the study run.
+        config=S.config_slice(STUDY, *STUDY),
         selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
+        reports=lambda w, input: os.path.dirname(input.report),
     log:
         "logs/mlflow_log.log",
     threads: res("mlflow_log", "threads")
@@ -45,4 +47,4 @@ rule mlflow_log:
         mem_mb=res("mlflow_log", "mem_mb"),
         runtime=res("mlflow_log", "runtime"),
     shell:
-        "{params.race} mlflow-log --config {params.config:q} {params.selected} --out {output} > {log} 2>&1"
+        "{params.race} mlflow-log --config {params.config:q} {params.selected} --reports {params.reports} --out {output} > {log} 2>&1"

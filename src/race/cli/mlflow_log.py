@@ -11,6 +11,7 @@ HELP = "mirror every run folder of the study into MLflow"
 def add_arguments(p) -> None:
     p.add_argument("--config", required=True, help="study config (file or the workflow's JSON)")
     p.add_argument("--selected", help="RACE selection (selected.json): its validation runs too")
+    p.add_argument("--reports", help="reports folder to attach to the study run")
     p.add_argument("--out", required=True, help="JSON summary to write (run ids, what was "
                                                  "logged)")
 
@@ -20,7 +21,8 @@ def run(args) -> int:
     from race.tracking.mirror import write_mirror
 
     try:
-        summary = write_mirror(load_config(args.config), args.selected, args.out)
+        summary = write_mirror(load_config(args.config), args.selected, args.out,
+                               args.reports)
     except ValueError as exc:
         raise SystemExit(f"race mlflow-log: {exc}") from None
     new = sum(r["steps_logged"] for r in summary["runs"].values())

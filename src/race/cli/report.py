@@ -1,5 +1,6 @@
 """``race report``: everything under reports/ -- runs, frontier, regime, missing, RACE agreement
-and fit tables, six figures (PNG and SVG) and report.md.
+and fit tables, six figures (PNG and SVG), report.md, and the pages Snakemake's HTML report
+shows (report.html, one caption per figure: race.analysis.report_pages).
 
     race report RUNS_CSV --out reports/ [--config config.yaml]
                 [--pilot-csv P] [--validation-csv V] [--full-csv F]
@@ -30,10 +31,12 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from race.analysis.report import write_reports
+    from race.analysis.report_pages import write_pages
 
     try:
         paths = write_reports(args.runs_csv, args.out, args.config, pilot_csv=args.pilot_csv,
                               validation_csv=args.validation_csv, full_csv=args.full_csv)
+        paths += write_pages(args.out)
     except ValueError as exc:  # a table or target problem: say it, no traceback
         raise SystemExit(f"race report: {exc}") from exc
     print(f"race report: {len(paths)} files -> {args.out}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -90,6 +91,9 @@ def fit(model, train: list[tuple[list[int], list[int]]], spec: PRMSpec, pad_id: 
         model_flops += sum(prm_train_flops(arch, n) for n in lengths)
         executed += len(batch) * prm_train_flops(arch, ids.shape[1], attention)
         tokens += sum(lengths)
+        if (step + 1) % max(1, spec.steps // 20) == 0 or step + 1 == spec.steps:
+            print(f"race prm: step {step + 1} / {spec.steps} | loss {losses[-1]:.4f}",
+                  file=sys.stderr, flush=True)
     model.eval()
     tail = losses[-max(1, len(losses) // 10):]
     return {"final_loss": sum(tail) / len(tail), "training": PhaseFlops(model_flops, executed,

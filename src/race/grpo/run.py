@@ -48,12 +48,14 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from race.atomic import make_temp_dir, write_json_atomic, write_text_atomic
 from race.flops import analytic as flops
 from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import BatchShapes, StepMeter
+from race.grpo.adapter_card import finish_adapter
 from race.grpo.trainer import (
     budget_callback_class,
     fused_head_is_compact,
@@ -154,6 +156,15 @@ def rebuild_rungs(run_dir: Path, ledger: Ledger, rung_counters: dict[float, dict
     return rebuilt
 
 
+def progress_line(row: dict, budget: float) -> str:
+    """One line per training step: FLOPs used of the budget, reward, wall seconds per phase."""
+    reward = row.get("reward_mean")
+    return (f"race train: step {row['step']} | {row['flops_total']:.3e} / {budget:.3e} model "
+            f"FLOPs ({100 * row['flops_total'] / budget:.1f}%) | reward "
+            f"{'-' if reward is None else f'{reward:.3f}'} | s rollout {row['rollout_s']:.2f} "
+            f"learning {row['learning_s']:.2f} reward {row['reward_s']:.2f}")
+
+
 # --------------------------------------------------------------------------- the trainer
 
 
@@ -217,6 +228,9 @@ class MeteredRun:
                         round(learn_s, 6))
         self.counters["updates"] += 1
         self.trainer.race_step = {"rollout_s": 0.0, "reward_s": 0.0, "shapes": None}
+        self.step_seconds = {"rollout_s": t["rollout_s"] if generation_step else 0.0,
+                             "reward_s": t["reward_s"] if generation_step else 0.0,
+                             "learning_s": learn_s}
 
         total = self.ledger.model_total
         if total > self.job.budget:  # the bound makes this impossible; guard the invariant
@@ -230,12 +244,15 @@ class MeteredRun:
             self.finished = True  # _finish writes the run's ledger
 
     def snapshot(self, budget: float, model, step: int) -> None:
-        """Write the rung folder atomically: adapter, ledger summary, DONE marker."""
+        """Write the rung folder atomically: adapter (with a resolvable base and its card,
+        race.grpo.adapter_card), ledger summary, DONE marker."""
         final = rung_dir(self.run_dir, budget)
         tmp = make_temp_dir(self.run_dir, prefix=f".{final.name}.")
         model.save_pretrained(tmp, safe_serialization=True)
         self.rung_counters[budget] = dict(self.counters, step=step)
-        write_text_atomic(tmp / "ledger.json", self.rung_summary_json(budget))
+        summary = self.rung_summary_json(budget)
+        write_text_atomic(tmp / "ledger.json", summary)
+        finish_adapter(tmp, self.job, budget, json.loads(summary))
         (tmp / DONE).write_text("")
         if final.exists():
             shutil.rmtree(final)
@@ -280,11 +297,16 @@ class MeteredRun:
                           ("loss", "loss"), ("entropy", "entropy")):
             if key in logs:
                 row[name] = float(logs[key])
+        # Wall seconds of this step per phase and the wall-clock time (epoch seconds) at its
+        # end: for progress and MLflow timestamps; the only fields that differ between reruns.
+        row.update({k: round(v, 6) for k, v in self.step_seconds.items()})
+        row["time"] = round(time.time(), 3)
         self.metrics.append(row)
         with (self.run_dir / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(row, sort_keys=True) + "\n")
+        print(progress_line(row, self.job.budget), file=sys.stderr, flush=True)
         if self.logger is not None:
-            self.logger.log_step(step, {k: v for k, v in row.items() if k != "step"})
+            self.logger.log_row(row)
 
     # ------------------------------------------------------------------ resume
     def save_state(self, ckpt: Path, step: int) -> None:

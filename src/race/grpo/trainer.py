@@ -137,7 +137,7 @@ def grpo_config(job, max_steps: int):
         use_cpu=True,
         # The policy is loaded in job.dtype; bf16 also runs the step under bf16 autocast.
         bf16=job.dtype == "bfloat16",
-        gradient_checkpointing=job.gradient_checkpointing,
+        activation_checkpointing=job.gradient_checkpointing,
         logging_steps=1,
         save_strategy="steps",
         save_steps=save_every,

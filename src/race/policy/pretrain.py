@@ -17,6 +17,7 @@ never charged to a training cell's budget.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -118,6 +119,7 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
     t0 = time.perf_counter()
     order = torch.randperm(len(train), generator=gen).tolist()
     cursor = 0
+    next_report = spec.token_budget / 20
     while tokens < spec.token_budget:
         if cursor + spec.batch_size > len(order):
             order, cursor = torch.randperm(len(train), generator=gen).tolist(), 0
@@ -143,6 +145,12 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
         # Full fine-tuning, logits at every position (the eager HF forward computes them all).
         model_flops += sum(flops.train_flops(arch, n) for n in real)
         exec_flops += len(seqs) * flops.train_flops(arch, width, attention="full")
+        if tokens >= next_report or tokens >= spec.token_budget:  # ~20 lines per run
+            next_report += spec.token_budget / 20
+            print(f"race pretrain: {tokens:,} / {spec.token_budget:,} tokens "
+                  f"({100 * min(1.0, tokens / spec.token_budget):.0f}%) | step {steps} | loss "
+                  f"{float(loss.detach()):.4f} | {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)
     wall = time.perf_counter() - t0
 
     accuracy, n_eval = greedy_accuracy(model, tokenizer, eval_in, spec.eval_max_new_tokens)

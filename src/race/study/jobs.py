@@ -84,6 +84,7 @@ class TrainJob:
 
     def params(self) -> dict:
         out = {f"alloc.{k}": v for k, v in asdict(self.alloc).items()}
+        out["alloc.lora_alpha"] = self.alloc.alpha  # the effective alpha (default: 2 x rank)
         out.update({f"reward.{k}": v for k, v in self.reward.items()})
         out.update(base=self.base, seed=self.seed, budget=self.budget, rungs=self.rungs,
                    attn_implementation=self.attn_implementation,

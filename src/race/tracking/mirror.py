@@ -28,6 +28,7 @@ from race.study import cells as C
 from race.study import jobs, specs
 from race.tracking.eval_metrics import log_eval
 from race.tracking.mlflow_runs import RunLogger, ensure_study_run
+from race.tracking.study_run import finish_study_run
 
 SYNC_FILE = "mlflow_synced.json"
 
@@ -79,33 +80,57 @@ def mirror_run(config: dict, cell: C.Cell, spec) -> dict:
     if missing:
         raise FileNotFoundError(f"missing evaluation(s): {', '.join(missing)}")
     digest = _digest([run_dir / "metrics.jsonl", *eval_paths])
-    logger = RunLogger(spec, run_dir, cell.key, config["study"], job.params(), tags=job.tags)
+    rows = _metrics_rows(run_dir)
+    times = [int(r["time"] * 1000) for r in rows if r.get("time") is not None]
+    logger = RunLogger(spec, run_dir, cell.key, config["study"], run_params(config, cell, job),
+                       tags=job.tags, start_time=min(times, default=None))
+    end = max(times, default=None)
     sync_file = run_dir / SYNC_FILE
     if sync_file.exists() and read_output(sync_file) == {"run_id": logger.run_id,
                                                          "digest": digest}:
-        logger.finish()
+        logger.finish(end_time=end)
         return {"run_id": logger.run_id, "steps_logged": 0, "eval_values_logged": 0}
-    rows, evals = _metrics_rows(run_dir), [read_output(p) for p in eval_paths]
+    evals = [read_output(p) for p in eval_paths]
     status = "FAILED"
     try:
         for _ in range(2):
             for row in rows:
-                logger.log_step(row["step"], {k: v for k, v in row.items() if k != "step"})
+                logger.log_row(row)
             for payload in evals:
                 log_eval(logger, payload)
             result = logger.flush()
             if not result["changed"]:
                 break
             logger.replace_run()  # the files changed since they were mirrored
+        logger.log_artifacts({p.parent.name: [p.parent / "ledger.json", p] for p in eval_paths})
         status = "FINISHED"
     finally:
-        logger.finish(status)
+        logger.finish(status, end_time=end)
     write_json_atomic(sync_file, {"run_id": logger.run_id, "digest": digest})
     sent = result["steps"]
     return {"run_id": logger.run_id,
             "steps_logged": len({s for k, steps in sent.items() if not k.startswith("eval/")
                                  for s in steps}),
             "eval_values_logged": sum(len(v) for k, v in sent.items() if k.startswith("eval/"))}
+
+
+def run_params(config: dict, cell: C.Cell, job) -> dict:
+    """The params a researcher filters a cell's runs on: the training job's (allocation with
+    its effective LoRA alpha, reward, seed, budget), the cell's names, the policy's parameter
+    counts (all, and non-embedding as in the scaling-law literature), and the study's task,
+    pretraining and evaluation settings (``task.*``, ``pretrain.*``, ``eval.*``)."""
+    from race.flops.analytic import resolve_arch
+
+    out = dict(job.params(), size=cell.size, reward=cell.reward, alloc=cell.alloc)
+    try:
+        arch = resolve_arch(job.base)
+        out.update(policy_params=arch.params(), policy_non_embedding_params=(
+            arch.non_embedding_params()))
+    except (OSError, ValueError):  # a hub id the machine cannot resolve: counts unknown
+        pass
+    for section in ("task", "pretrain", "eval"):
+        out.update({f"{section}.{k}": v for k, v in (config.get(section) or {}).items()})
+    return out
 
 
 def forget_lost_store(config: dict) -> list[str]:
@@ -125,24 +150,32 @@ def forget_lost_store(config: dict) -> list[str]:
             "from the run folders"]
 
 
-def write_mirror(config: dict, selected_path: str | Path | None, out: str | Path) -> dict:
+def write_mirror(config: dict, selected_path: str | Path | None, out: str | Path,
+                 reports: str | Path | None = None) -> dict:
     """``race mlflow-log``: mirror the study (the grid, and the validation runs of the RACE
-    selection in ``selected_path``) and write the summary to ``out``; returns it."""
+    selection in ``selected_path``), attach ``reports`` to the study run, and write the
+    summary to ``out``; returns it."""
     if not config["mlflow"]["enabled"]:
         raise ValueError("mlflow.enabled is false in the config")
     selected = read_output(selected_path)["selected"] if selected_path else []
-    summary = mirror_study(config, selected)
+    summary = mirror_study(config, selected, reports)
     write_json_atomic(out, summary)
     return summary
 
 
-def mirror_study(config: dict, selected: list[dict]) -> dict:
-    """Mirror every grid cell and every validation run of ``selected`` (RACE's selection)."""
+def mirror_study(config: dict, selected: list[dict], reports: str | Path | None = None) -> dict:
+    """Mirror every grid cell and every validation run of ``selected`` (RACE's selection),
+    each nested under the study run, then finish the study run
+    (:func:`race.tracking.study_run.finish_study_run`)."""
+    from mlflow.tracking import MlflowClient
+
     spec = specs.mlflow_spec(config)
     experiment_id, study_run = ensure_study_run(spec, config["study"],
                                                 C.results(config) / "mlflow")
-    runs = {c.key: mirror_run(config, c, spec) for c in C.grid_cells(config)}
-    runs.update({c.key: mirror_run(config, c, spec)
-                 for c in C.validation_cells(config, selected)})
+    cells = C.grid_cells(config) + C.validation_cells(config, selected)
+    runs = {c.key: mirror_run(config, c, spec) for c in cells}
+    study = finish_study_run(MlflowClient(tracking_uri=spec.tracking_uri), study_run, config,
+                             [C.run_dir(config, c) for c in cells], reports)
     return {"experiment_id": experiment_id, "study_run_id": study_run,
-            "tracking_uri": spec.tracking_uri, "live": specs.mlflow_live(config), "runs": runs}
+            "tracking_uri": spec.tracking_uri, "live": specs.mlflow_live(config),
+            "study": study, "runs": runs}

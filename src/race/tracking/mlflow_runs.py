@@ -39,6 +39,30 @@ from race.study.specs import MlflowSpec
 RUN_ID_FILE = "mlflow_run_id"
 LOCK_FILE = ".mlflow.lock"
 BATCH = 1000  # the most metrics one log_batch call takes
+#: the tag that makes MLflow's UI open an experiment in its runs (model training) view
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+#: metrics.jsonl fields that are not metrics: the step is MLflow's step, the time its timestamp
+ROW_KEYS = ("step", "time")
+_GROUPS = {"flops_": "flops/", "exec_flops_": "exec_flops/"}
+_TRAIN = ("reward_mean", "reward_std", "kl", "loss", "entropy", "completion_length")
+_PROGRESS = ("updates", "rollouts", "prompts_seen")
+_PERF = ("rollout_s", "learning_s", "reward_s")
+
+
+def mlflow_key(name: str) -> str:
+    """The MLflow metric name of a metrics.jsonl field, grouped by prefix so that MLflow's UI
+    groups its charts: ``flops/<phase>`` (model FLOPs, cumulative), ``exec_flops/<phase>``,
+    ``flops/p_learning``, ``train/<metric>``, ``progress/<counter>``, ``perf/<phase>_s`` (wall
+    seconds of the step); evaluation keys (``eval/...``) are already grouped."""
+    if name == "p_learning":
+        return "flops/p_learning"
+    for prefix, group in _GROUPS.items():
+        if name.startswith(prefix):
+            return group + name.removeprefix(prefix)
+    for names, group in ((_TRAIN, "train/"), (_PROGRESS, "progress/"), (_PERF, "perf/")):
+        if name in names:
+            return group + name
+    return name
 
 
 def ensure_experiment(spec: MlflowSpec) -> str:
@@ -51,11 +75,20 @@ def ensure_experiment(spec: MlflowSpec) -> str:
     client = MlflowClient(tracking_uri=spec.tracking_uri)
     exp = client.get_experiment_by_name(spec.experiment)
     if exp is not None:
+        if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+            client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
         return exp.experiment_id
     artifact = spec.artifact_root
     if "://" not in artifact:
         artifact = Path(artifact).resolve().as_uri()
-    return client.create_experiment(spec.experiment, artifact_location=artifact)
+    return client.create_experiment(spec.experiment, artifact_location=artifact,
+                                    tags=dict([EXPERIMENT_KIND]))
+
+
+def find_study_run(client, experiment_id: str, study: str) -> str | None:
+    found = client.search_runs([experiment_id], f"tags.race_role = 'study' and "
+                               f"tags.study = '{study}'", max_results=1)
+    return found[0].info.run_id if found else None
 
 
 def ensure_study_run(spec: MlflowSpec, study: str, lock_dir: str | Path) -> tuple[str, str]:
@@ -67,10 +100,9 @@ def ensure_study_run(spec: MlflowSpec, study: str, lock_dir: str | Path) -> tupl
     with locked(lock_dir):
         experiment_id = ensure_experiment(spec)
         client = MlflowClient(tracking_uri=spec.tracking_uri)
-        found = client.search_runs([experiment_id], f"tags.race_role = 'study' and "
-                                   f"tags.study = '{study}'", max_results=1)
+        found = find_study_run(client, experiment_id, study)
         if found:
-            return experiment_id, found[0].info.run_id
+            return experiment_id, found
         run = client.create_run(experiment_id, run_name=f"study:{study}",
                                 tags={"race_role": "study", "study": study})
         return experiment_id, run.info.run_id
@@ -125,7 +157,9 @@ class RunLogger:
     reruns and resumes."""
 
     def __init__(self, spec: MlflowSpec, run_dir: str | Path, run_key: str, study: str,
-                 params: dict, tags: dict | None = None):
+                 params: dict, tags: dict | None = None, start_time: int | None = None):
+        """``start_time``: when a run created now started (ms; default now): the mirror
+        passes the training's first step time."""
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=spec.tracking_uri)
@@ -133,7 +167,9 @@ class RunLogger:
         self.run_key, self.study = run_key, study
         self.params, self.tags = params, dict(tags or {})
         self.experiment_id = ensure_experiment(spec)
-        self._pending: dict[str, dict[int, float]] = {}
+        self.parent_run_id = find_study_run(self.client, self.experiment_id, study)
+        self._pending: dict[str, dict[int, tuple[float, int | None]]] = {}
+        self.start_time = start_time
         with locked(self.run_dir) as lock:
             self.run_id, created = self._resolve_run()
             self._start_cache(created, _flush_count(lock))
@@ -165,33 +201,48 @@ class RunLogger:
             run_id = self._find()
         created = run_id is None
         if created:
-            run_id = self._create()
+            run_id = self._create(self.start_time)
         else:
             self.client.set_terminated(run_id, status="RUNNING")
-            if self.tags:
-                self.client.log_batch(run_id, tags=[RunTag(k, str(v))
-                                                    for k, v in self.tags.items()])
+            tags = dict(self.tags)
+            if self.parent_run_id is not None:
+                tags["mlflow.parentRunId"] = self.parent_run_id
+            if tags:
+                self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+            self._log_params(run_id, self.client.get_run(run_id).data.params)
         if not id_file.exists() or id_file.read_text().strip() != run_id:
             write_text_atomic(id_file, run_id + "\n")  # parallel readers: atomic
         return run_id, created
 
-    def _create(self) -> str:
-        from mlflow.entities import Param
+    def _create(self, start_time: int | None = None) -> str:
+        """A new run, nested under the study's run when there is one (``mlflow.parentRunId``,
+        what MLflow's UI nests by), started at ``start_time`` (ms) when known."""
 
         tags = {"run_key": self.run_key, "study": self.study, **self.tags}
+        if self.parent_run_id is not None:
+            tags["mlflow.parentRunId"] = self.parent_run_id
         run_id = self.client.create_run(self.experiment_id, run_name=self.run_key,
-                                        tags=tags).info.run_id
-        self.client.log_batch(run_id, params=[Param(k, str(v)[:6000])
-                                              for k, v in sorted(self.params.items())])
+                                        start_time=start_time, tags=tags).info.run_id
+        self._log_params(run_id, {})
         return run_id
+
+    def _log_params(self, run_id: str, held: dict) -> None:
+        """Log the params the run does not hold yet (MLflow never changes a logged param;
+        ``log_batch`` takes at most 100 per call)."""
+        from mlflow.entities import Param
+
+        new = [Param(k, str(v)[:6000]) for k, v in sorted(self.params.items()) if k not in held]
+        for i in range(0, len(new), 100):
+            self.client.log_batch(run_id, params=new[i:i + 100])
 
     def replace_run(self) -> str:
         """Delete the run (MLflow keeps it in its trash) and start a fresh one with the same
         key, params and tags (queue its points again): how a changed value replaces the old
         one."""
         with locked(self.run_dir) as lock:
+            start = self.client.get_run(self.run_id).info.start_time
             self.client.delete_run(self.run_id)
-            self.run_id = self._create()
+            self.run_id = self._create(start)
             write_text_atomic(self.run_dir / RUN_ID_FILE, self.run_id + "\n")
             count = _flush_count(lock) + 1
             _set_flush_count(lock, count)
@@ -211,14 +262,22 @@ class RunLogger:
         return self._held[key]
 
     # ------------------------------------------------------------------ logging
-    def log_step(self, step: int, metrics: dict[str, float]) -> None:
-        """Queue ``metrics`` at ``step``; nothing is sent before :meth:`flush` (training
-        flushes at every checkpoint and at the end, so the tracking store stays off the
-        training loop). Steps queued after the last checkpoint of a killed run are lost with
-        it and queued again when the resumed run replays them."""
+    def log_step(self, step: int, metrics: dict[str, float],
+                 timestamp_ms: int | None = None) -> None:
+        """Queue ``metrics`` (named as in the files; :func:`mlflow_key` groups them) at
+        ``step``, stamped ``timestamp_ms`` (default: when sent). Nothing is sent before
+        :meth:`flush` (training flushes at every checkpoint and at the end, so the tracking
+        store stays off the training loop). Steps queued after the last checkpoint of a
+        killed run are lost with it and queued again when the resumed run replays them."""
         for key, value in metrics.items():
             if value is not None:
-                self._pending.setdefault(key, {})[int(step)] = float(value)
+                self._pending.setdefault(mlflow_key(key), {})[int(step)] = (float(value),
+                                                                            timestamp_ms)
+
+    def log_row(self, row: dict) -> None:
+        """Queue a ``metrics.jsonl`` row at its step, stamped with its training-time clock."""
+        stamp = int(row["time"] * 1000) if row.get("time") is not None else None
+        self.log_step(row["step"], {k: v for k, v in row.items() if k not in ROW_KEYS}, stamp)
 
     def flush(self) -> dict:
         """Send the queued points the store does not hold; returns ``{"sent": points sent,
@@ -235,9 +294,9 @@ class RunLogger:
             batch = []
             for key, points in sorted(self._pending.items()):
                 held = self._held_points(key)
-                for step, value in sorted(points.items()):
+                for step, (value, stamp) in sorted(points.items()):
                     if step not in held:
-                        batch.append(Metric(key, value, now, step))
+                        batch.append(Metric(key, value, stamp or now, step))
                         sent.setdefault(key, []).append(step)
                     elif not same_value(held[step], value):
                         changed.setdefault(key, []).append(step)
@@ -253,7 +312,15 @@ class RunLogger:
         self._pending = {}
         return {"sent": len(batch), "steps": sent, "changed": changed}
 
-    def finish(self, status: str = "FINISHED") -> dict:
+    def log_artifacts(self, files: dict[str, list[Path]]) -> None:
+        """Attach ``files`` under each artifact folder name (a rung's ledger and evaluation:
+        ``budget~B/``); logging the same file again replaces it."""
+        for folder, paths in files.items():
+            for path in paths:
+                self.client.log_artifact(self.run_id, str(path), artifact_path=folder)
+
+    def finish(self, status: str = "FINISHED", end_time: int | None = None) -> dict:
+        """Flush, then mark the run ``status``, ended at ``end_time`` (ms; default now)."""
         result = self.flush()
-        self.client.set_terminated(self.run_id, status=status)
+        self.client.set_terminated(self.run_id, status=status, end_time=end_time)
         return result
