@@ -2,6 +2,7 @@
 # Thin entry point: config, validation, the stage files, and the final target.
 from snakemake.utils import min_version, validate
 
+from race.study.config import coerce_numbers
 from race.study.schema import SCHEMA
 
 min_version("9.0")
@@ -16,6 +17,8 @@ if not workflow.overwrite_configfiles:
 
 # The schema ships with the package (race/study/config.schema.yaml): the one place where every
 # key's type, description and default live.
+# Snakemake's YAML reader reads 2e10 as a string: numbers first, as race.study.config does.
+coerce_numbers(config)
 validate(config, str(SCHEMA))
 
 

@@ -92,6 +92,17 @@ def test_bad_configs_are_rejected_before_anything_is_written(tmp_path, override,
     assert not (wd / "results").exists()
 
 
+def test_flop_counts_in_scientific_notation_through_snakemake(tmp_path):
+    """Snakemake reads --configfile with YAML 1.1, where 4e9 is a string."""
+    wd = workdir(tmp_path)
+    text = (wd / "configs" / "smoke.yaml").read_text()
+    text = re.sub(r"(?m)^budgets: .*$", "budgets: [4e9, 8e9, 1.6e10]", text)
+    text = re.sub(r"(?m)^  validation_budget: .*$", "  validation_budget: 8e9", text)
+    (wd / "sci.yaml").write_text(text)
+    plan = snakemake(wd, "-n", "--cores", "1", "--configfile", "sci.yaml").stdout
+    assert "budget~1.6e10/ledger.json" in plan
+
+
 def test_duplicate_names_are_rejected(tmp_path):
     from race.study.config import ConfigError, read_yaml
 

@@ -48,6 +48,50 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
                                  _construct_mapping)
 
 
+#: YAML 1.1 (PyYAML, and Snakemake's --configfile reader) reads ``2e10`` as a string; YAML 1.2
+#: and researchers read it as a number. Scientific notation without a dot or sign in the
+#: exponent, as people write FLOP counts.
+_SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+#: config keys (dotted, lists by name) holding model FLOPs
+FLOP_KEYS = ("budgets", "race.pilot_rungs", "race.validation_budget")
+
+
+def _number(text: str):
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) < 2**63 else value
+
+
+def coerce_numbers(config: dict) -> dict:
+    """Read ``1e18``-style strings as numbers everywhere in ``config`` (in place; returned),
+    then check that every FLOP-valued key (:data:`FLOP_KEYS`) holds positive numbers, naming
+    the key otherwise. Runs before schema validation, on the YAML this module reads and on the
+    config Snakemake read with its own loader."""
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                node[k] = walk(v)
+        elif isinstance(node, list):
+            node[:] = [walk(v) for v in node]
+        elif isinstance(node, str) and _SCIENTIFIC.match(node.strip()):
+            return _number(node.strip())
+        return node
+
+    walk(config)
+    for dotted in FLOP_KEYS:
+        section, _, key = dotted.rpartition(".")
+        holder = config.get(section) if section else config
+        if not isinstance(holder, dict) or holder.get(key) is None:
+            continue
+        value = holder[key]
+        items = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for i, v in items:
+            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+                where = dotted if i is None else f"{dotted}[{i}]"
+                raise ConfigError(f"{where}: {v!r} is not a positive number of FLOPs "
+                                  "(write e.g. 1e18 or 2.5e10)")
+    return config
+
+
 def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
@@ -87,7 +131,7 @@ def load_config(path: str | Path) -> dict:
     text = str(path).lstrip()
     if text.startswith("{"):
         return json.loads(text)
-    return check_config(validate_schema(read_yaml(path)))
+    return check_config(validate_schema(coerce_numbers(read_yaml(path))))
 
 
 def is_model_spec(spec: str) -> bool:
