@@ -20,6 +20,15 @@ the midpoint between them, B the steepness per e-fold of compute. Conventions:
 - Held-out check: refit on every rung but the largest and predict the largest;
   ``holdout_error_points`` = 100 x (prediction - observation). It needs one rung more than the
   fit itself, else ``holdout_status`` is "insufficient rungs".
+- Uncertainty band (:func:`sigmoid_band`, :func:`band_table`; drawn by the figures): a pointwise
+  95% band of the fitted curve from the rungs' own evaluation uncertainty, by parametric
+  bootstrap. Each replicate redraws every rung's mean accuracy from N(acc, se^2) (se: the
+  seed-combined standard error of :func:`race.analysis.frontier.seed_summary`; clipped to
+  [0, 1] for an accuracy), refits the sigmoid (same bounds, R0 held at the base accuracy when
+  fixed, started from the fit) and evaluates it; the band is the 2.5% and 97.5% percentiles of
+  the replicate curves at each C. It spans only the observed compute range (smallest to largest
+  FLOPs with data): the figures do not extrapolate. It is conditional on the sigmoid's form and
+  on R0: it shows how far the rungs' noise moves the curve, not whether the form is right.
 """
 
 from __future__ import annotations
@@ -51,6 +60,22 @@ def sigmoid(flops: np.ndarray | float, A: float, B: float, C_mid: float, R0: flo
 def _logistic(x: np.ndarray, A: float, B: float, m: float, R0: float) -> np.ndarray:
     # (C_mid / C)^B = exp(B (m - x)); written as a logistic it cannot overflow.
     return R0 + (A - R0) * 0.5 * (1.0 + np.tanh(0.5 * B * (x - m)))
+
+
+def _problem(x: np.ndarray, r: np.ndarray, r0: float | None) -> tuple[object, list, list]:
+    """The model of ln C and its parameter bounds (module docstring): (model, lower, upper)."""
+    values = r if r0 is None else np.append(r, r0)
+    bounded = bool(np.all((values >= 0) & (values <= 1)))
+    lo_v, hi_v = (0.0, 1.0) if bounded else (-np.inf, np.inf)
+    m_lo, m_hi = x.min() - MID_MARGIN, x.max() + MID_MARGIN
+    lower = [lo_v, B_BOUNDS[0], m_lo] + ([] if r0 is not None else [lo_v])
+    upper = [hi_v, B_BOUNDS[1], m_hi] + ([] if r0 is not None else [hi_v])
+    if r0 is None:
+        return _logistic, lower, upper
+
+    def model(xx: np.ndarray, A: float, B: float, m: float) -> np.ndarray:
+        return _logistic(xx, A, B, m, float(r0))
+    return model, lower, upper
 
 
 @dataclass(frozen=True)
@@ -89,19 +114,8 @@ def fit_sigmoid(flops: np.ndarray, acc: np.ndarray, r0: float | None = None) -> 
     if len(np.unique(c)) < n_free:
         return result(INSUFFICIENT)
     x = np.log(c)
-    values = r if not fixed else np.append(r, r0)
-    bounded = bool(np.all((values >= 0) & (values <= 1)))
-    lo_v, hi_v = (0.0, 1.0) if bounded else (-np.inf, np.inf)
-    m_lo, m_hi = x.min() - MID_MARGIN, x.max() + MID_MARGIN
-    lower = [lo_v, B_BOUNDS[0], m_lo] + ([] if fixed else [lo_v])
-    upper = [hi_v, B_BOUNDS[1], m_hi] + ([] if fixed else [hi_v])
-
-    if fixed:
-        def model(xx: np.ndarray, A: float, B: float, m: float) -> np.ndarray:
-            return _logistic(xx, A, B, m, float(r0))
-    else:
-        model = _logistic
-
+    model, lower, upper = _problem(x, r, r0 if fixed else None)
+    lo_v, hi_v = lower[0], upper[0]
     a0 = float(np.clip(r.max(), lo_v, hi_v))
     starts = []
     for q in (0.25, 0.5, 0.75):
@@ -128,6 +142,66 @@ def fit_sigmoid(flops: np.ndarray, acc: np.ndarray, r0: float | None = None) -> 
     A, B, m = (float(v) for v in p[:3])
     R0 = float(r0) if fixed else float(p[3])
     return result("ok", (A, B, math.exp(m), R0), math.sqrt(sse / len(r)))
+
+
+#: The parametric bootstrap behind a fit's band (module docstring): replicates, seed, points
+#: per curve, and the share of replicate refits that must succeed for a band to be drawn.
+BAND_REPS = 200
+BAND_SEED = 0
+BAND_POINTS = 100
+BAND_MIN_OK = 0.5
+
+
+def _jacobian(r0: float | None) -> object:
+    """Analytic d model / d params of :func:`_problem`'s model (a refit needs ~4x fewer calls)."""
+    def jac(x: np.ndarray, A: float, B: float, m: float, *rest: float) -> np.ndarray:
+        R0 = float(r0) if r0 is not None else rest[0]
+        s = 0.5 * (1.0 + np.tanh(0.5 * B * (x - m)))
+        ds = (A - R0) * s * (1.0 - s)
+        cols = [s, ds * (x - m), -ds * B] + ([] if r0 is not None else [1.0 - s])
+        return np.column_stack(cols)
+    return jac
+
+
+def sigmoid_band(flops: np.ndarray, acc: np.ndarray, se: np.ndarray, fit: SigmoidFit,
+                 grid: np.ndarray, reps: int = BAND_REPS,
+                 seed: int = BAND_SEED) -> tuple[np.ndarray, np.ndarray] | None:
+    """Pointwise 95% band ``(lo, hi)`` of the fitted R(C) at ``grid`` (FLOPs), by parametric
+    bootstrap over the points (module docstring): each of ``reps`` replicates redraws ``acc``
+    from N(acc, se^2) and refits; ``numpy.random.default_rng(seed)``, so deterministic.
+
+    None when there is no band: ``fit`` is not "ok", a point has no finite ``se``, or fewer than
+    :data:`BAND_MIN_OK` of the refits succeed.
+    """
+    if fit.status != "ok":
+        return None
+    c, r, e = (np.asarray(v, dtype=float) for v in (flops, acc, se))
+    keep = np.isfinite(c) & np.isfinite(r) & (c > 0)
+    c, r, e = c[keep], r[keep], e[keep]
+    if not len(c) or not np.all(np.isfinite(e) & (e >= 0)):
+        return None
+    x = np.log(c)
+    r0 = fit.R0 if fit.r0_fixed else None
+    model, lower, upper = _problem(x, r, r0)
+    p_hat = np.clip([fit.A, fit.B, math.log(fit.C_mid)] + ([] if r0 is not None else [fit.R0]),
+                    lower, upper)
+    jac = _jacobian(r0)
+    xg = np.log(np.asarray(grid, dtype=float))
+    curves = []
+    for z in np.random.default_rng(seed).standard_normal((reps, len(r))):
+        y = np.clip(r + e * z, lower[0], upper[0])  # an accuracy stays in [0, 1]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OptimizeWarning)
+                p, _ = curve_fit(model, x, y, p0=p_hat, bounds=(lower, upper), jac=jac,
+                                 maxfev=2000)
+        except (RuntimeError, ValueError):
+            continue
+        curves.append(model(xg, *p))
+    if len(curves) < BAND_MIN_OK * reps:
+        return None
+    lo, hi = np.percentile(np.asarray(curves), [2.5, 97.5], axis=0)
+    return lo, hi
 
 
 FIT_COLUMNS = [
@@ -200,3 +274,37 @@ def fit_table(df: pd.DataFrame, targets: list[str] | None = None,
     return (out.assign(_t=out["target"].map(order))
             .sort_values(["reward", "_t", "size", "alloc"], kind="mergesort")
             .drop(columns="_t").reset_index(drop=True))
+
+
+BAND_COLUMNS = ["size", "reward", "alloc", "target", "flops", "fit", "lo", "hi"]
+
+
+def band_table(points: pd.DataFrame, fits: pd.DataFrame, n_points: int = BAND_POINTS,
+               reps: int = BAND_REPS, seed: int = BAND_SEED) -> pd.DataFrame:
+    """The curve and band the figures draw for every "ok" fit: columns :data:`BAND_COLUMNS`.
+
+    Per (size, reward, alloc, target): ``n_points`` FLOPs log-spaced from the smallest to the
+    largest FLOPs used among its rungs with an accuracy (never beyond them), the fitted R(C)
+    (``fit``) and the 95% band (``lo``, ``hi``; NaN where :func:`sigmoid_band` gives none).
+    ``points`` and ``fits`` are :func:`rung_points` and :func:`fit_table`.
+    """
+    keys = ["size", "reward", "alloc", "target"]
+    ok = fits[fits["status"] == "ok"]
+    if ok.empty or points.empty:
+        return pd.DataFrame(columns=BAND_COLUMNS)
+    groups = dict(iter(points[points["acc"].notna()].groupby(keys, sort=False)))
+    parts = []
+    for row in ok.itertuples(index=False):
+        g = groups.get(tuple(getattr(row, k) for k in keys))
+        if g is None:
+            continue
+        fit = SigmoidFit(row.status, row.A, row.B, row.C_mid, row.R0, bool(row.r0_fixed),
+                         int(row.n_rungs), int(row.n_free), row.rmse)
+        grid = np.geomspace(g["flops"].min(), g["flops"].max(), n_points)
+        band = sigmoid_band(g["flops"], g["acc"], g["se"], fit, grid, reps, seed)
+        lo, hi = band if band is not None else (np.full(n_points, np.nan),) * 2
+        parts.append(pd.DataFrame({**{k: getattr(row, k) for k in keys}, "flops": grid,
+                                   "fit": fit.predict(grid), "lo": lo, "hi": hi}))
+    if not parts:
+        return pd.DataFrame(columns=BAND_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[BAND_COLUMNS]

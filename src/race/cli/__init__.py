@@ -29,6 +29,7 @@ class Command(NamedTuple):
 COMMANDS: dict[str, Command] = {
     "models": Command("race.cli.models", True),
     "flops": Command("race.cli.flops", False),
+    "plan": Command("race.cli.plan", False),
     "check-config": Command("race.cli.check_config", False),
     "data": Command("race.cli.data", False),
     "tokenizer": Command("race.cli.tokenizer", True),

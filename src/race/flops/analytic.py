@@ -38,6 +38,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from race.data.tokenizer import VOCAB_SIZE
+
 #: The seven Qwen2 projections LoRA can adapt, in forward order within a decoder layer.
 ALL_PROJECTIONS: tuple[str, ...] = (
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -45,10 +47,10 @@ ALL_PROJECTIONS: tuple[str, ...] = (
 ATTENTION_PROJECTIONS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_PROJECTIONS: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")
 
-#: Vocabulary assumed for a ladder model when no tokenizer is given (the character-level task
-#: tokenizer has a few dozen symbols; 64 is a round upper bound). The LM head is 2·d·V per
-#: logit, so at d=64 this choice moves a nano forward by a few percent, no more.
-LADDER_REFERENCE_VOCAB = 64
+#: Vocabulary of a ladder model when no tokenizer is given: the character tokenizer's size,
+#: the one vocabulary default of every command (``race models``, ``race flops``, ``race plan``,
+#: the config's step-size check), so they print the same parameter counts for a ladder size.
+LADDER_REFERENCE_VOCAB = VOCAB_SIZE
 
 #: Attention modes: "causal" = model FLOPs; "full" = eager kernel; "sdpa" = fused SDPA kernel.
 ATTENTION_MODES: tuple[str, ...] = ("causal", "full", "sdpa")
