@@ -42,9 +42,7 @@ import numpy as np
 import pandas as pd
 
 from race.analysis.columns import TARGETS
-
-#: Two-sided 95% normal quantile.
-Z95 = 1.959963984540054
+from race.evaluation.metrics import Z95  # two-sided 95% normal quantile
 
 #: Mean accuracies closer than this are a tie (accuracies are fractions: 1e-9 is far below one
 #: evaluation sample, so only genuinely equal scores tie).

@@ -3,8 +3,8 @@
 Conventions: accuracies and rewards are fractions in [0, 1]; every interval is a two-sided 95%
 interval ``(lo, hi)``; sample order is the order in which completions were drawn (index 0 first).
 
-* :func:`wilson` -- Wilson score interval of a binomial proportion (binary accuracies). Unlike
-  the normal ("Wald") interval it stays inside [0, 1] and is not degenerate at 0/n or n/n.
+* :func:`wilson` -- Wilson score interval of a binomial proportion (binary accuracies; scipy).
+  Unlike the normal ("Wald") interval it stays inside [0, 1] and is not degenerate at 0/n or n/n.
 * :func:`bootstrap_interval` -- percentile bootstrap of a mean over *groups* (one group per
   prompt): prompts are resampled with replacement, not single completions, because completions
   of the same prompt are correlated (a cluster bootstrap).
@@ -19,32 +19,30 @@ interval ``(lo, hi)``; sample order is the order in which completions were drawn
 from __future__ import annotations
 
 import math
-import random
 from collections import Counter
 from collections.abc import Hashable, Sequence
 
-#: The standard-normal quantile of a two-sided 95% interval (Phi^-1(0.975)).
-Z95 = 1.959963984540054
+import numpy as np
+from scipy import stats
+
+#: The standard-normal quantile of a two-sided 95% interval (Phi^-1(0.975) = 1.95996...).
+Z95 = float(stats.norm.ppf(0.975))
 
 
-def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of ``successes`` out of ``n`` trials.
-
-    ``centre = (p + z²/2n) / (1 + z²/n)``, ``half = z·sqrt(p(1-p)/n + z²/4n²) / (1 + z²/n)``.
-    Known values (z = 1.96): 0/10 -> (0, 0.2775), 5/10 -> (0.2366, 0.7634),
-    10/10 -> (0.7225, 1).
+def wilson(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of ``successes`` out of ``n`` trials (scipy's
+    ``binomtest(...).proportion_ci(method="wilson")``, no continuity correction).
+    Known values (95%): 0/10 -> (0, 0.2775), 5/10 -> (0.2366, 0.7634), 10/10 -> (0.7225, 1).
     """
     if n <= 0:
         raise ValueError(f"wilson: need n >= 1 trials, got {n}")
     if not 0 <= successes <= n:
         raise ValueError(f"wilson: successes must be in [0, {n}], got {successes}")
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    ci = stats.binomtest(successes, n).proportion_ci(confidence_level=confidence,
+                                                     method="wilson")
     # At 0/n and n/n one bound is exactly 0 or 1; computed, it is off by float round-off.
-    lo = 0.0 if successes == 0 else max(0.0, centre - half)
-    hi = 1.0 if successes == n else min(1.0, centre + half)
+    lo = 0.0 if successes == 0 else max(0.0, float(ci.low))
+    hi = 1.0 if successes == n else min(1.0, float(ci.high))
     return lo, hi
 
 
@@ -56,29 +54,32 @@ def mean(values: Sequence[float]) -> float:
 
 def bootstrap_interval(groups: Sequence[Sequence[float]], reps: int = 2000,
                        seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the mean of all values, resampling groups.
+    """95% percentile-bootstrap interval of the mean of all values, resampling groups
+    (``scipy.stats.bootstrap``, seeded: deterministic).
 
-    Each replicate draws ``len(groups)`` groups with replacement (``random.Random(seed)``:
-    deterministic) and takes the mean of every value in them; the interval is the 2.5% and
-    97.5% order statistics of the ``reps`` replicate means. With equal group sizes the mean of
-    all values equals the mean of the group means.
+    Each replicate draws ``len(groups)`` groups with replacement and takes the mean of every
+    value in them, i.e. the ratio of the drawn groups' sums to their sizes (scipy resamples
+    the (sum, size) pairs together, ``paired=True``). With equal group sizes this is the mean
+    of the group means. When every group has the same mean, or there is one group, every
+    replicate is that mean and so is the interval (scipy would warn about a degenerate
+    distribution).
     """
     if not groups or any(len(g) == 0 for g in groups):
         raise ValueError("bootstrap_interval: need at least one group, none of them empty")
     if reps < 1:
         raise ValueError(f"bootstrap_interval: reps must be >= 1, got {reps}")
-    rng = random.Random(seed)
-    sums = [math.fsum(g) for g in groups]
-    sizes = [len(g) for g in groups]
-    k = len(groups)
-    means = []
-    for _ in range(reps):
-        picks = [rng.randrange(k) for _ in range(k)]
-        means.append(math.fsum(sums[i] for i in picks) / sum(sizes[i] for i in picks))
-    means.sort()
-    lo = means[int(math.floor(0.025 * (reps - 1)))]
-    hi = means[int(math.ceil(0.975 * (reps - 1)))]
-    return lo, hi
+    sums = np.array([math.fsum(g) for g in groups])
+    sizes = np.array([len(g) for g in groups], dtype=float)
+    group_means = sums / sizes
+    if np.all(group_means == group_means[0]):
+        m = float(sums.sum() / sizes.sum())
+        return m, m
+    result = stats.bootstrap((sums, sizes), lambda s, n, axis: s.sum(axis) / n.sum(axis),
+                             paired=True, vectorized=True, n_resamples=reps,
+                             confidence_level=0.95, method="percentile",
+                             random_state=np.random.default_rng(seed))
+    ci = result.confidence_interval
+    return float(ci.low), float(ci.high)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
