@@ -24,9 +24,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from synthetic_runs import make_runs, make_study, wilson  # noqa: E402
 
-from race.analysis import figures  # noqa: E402
+from race.analysis import figures, paper_figures  # noqa: E402
 from race.analysis.columns import TARGET_LABELS  # noqa: E402
-from race.analysis.fit import INSUFFICIENT, fit_sigmoid, fit_table, sigmoid  # noqa: E402
+from race.analysis.fit import (  # noqa: E402
+    INSUFFICIENT,
+    fit_sigmoid,
+    fit_table,
+    sigmoid,
+    sigmoid_band,
+)
 from race.analysis.frontier import (  # noqa: E402
     DECIDED_Z,
     Z95,
@@ -39,7 +45,12 @@ from race.analysis.frontier import (  # noqa: E402
 )
 from race.analysis.protocol import agreement, rank_pilot, select  # noqa: E402
 from race.analysis.regime_cells import UNDECIDED_LABEL, regime_cell  # noqa: E402
-from race.analysis.report import analyse, nested_savings, render  # noqa: E402
+from race.analysis.report import (  # noqa: E402
+    FIGURE_CAPTIONS,
+    analyse,
+    nested_savings,
+    render,
+)
 
 T = "in_pass1"
 
@@ -322,6 +333,30 @@ def test_fit_table_base_rows_holdout_and_insufficient_rungs():
     assert few["status"] == "ok" and few["holdout_status"] == INSUFFICIENT
 
 
+def test_sigmoid_band_parametric_bootstrap():
+    c = np.geomspace(1e10, 1e14, 8)
+    truth = sigmoid(c, 0.8, 1.5, 1e12, 0.1)
+    se = np.full(c.size, 0.02)
+    fit = fit_sigmoid(c, truth, 0.1)
+    grid = np.geomspace(c.min(), c.max(), 50)
+    lo, hi = sigmoid_band(c, truth, se, fit, grid)
+    # Deterministic (seeded), ordered, around the fit, and about as wide as the points' noise.
+    again = sigmoid_band(c, truth, se, fit, grid)
+    assert np.array_equal(lo, again[0]) and np.array_equal(hi, again[1])
+    curve = fit.predict(grid)
+    assert np.all(lo <= curve + 1e-9) and np.all(curve <= hi + 1e-9)
+    assert 0.005 < float(np.median(hi - lo)) < 0.08
+    # Ten times less noise, a band about ten times narrower; none, the fit itself.
+    lo10, hi10 = sigmoid_band(c, truth, se / 10, fit, grid)
+    assert float(np.median(hi10 - lo10)) == pytest.approx(float(np.median(hi - lo)) / 10,
+                                                         rel=0.3)
+    lo0, hi0 = sigmoid_band(c, truth, se * 0, fit, grid)
+    assert lo0 == pytest.approx(curve, abs=1e-6) and hi0 == pytest.approx(curve, abs=1e-6)
+    # No band without a fit or without every point's standard error.
+    assert sigmoid_band(c, truth, np.append(se[:-1], np.nan), fit, grid) is None
+    assert sigmoid_band(c[:2], truth[:2], se[:2], fit_sigmoid(c[:2], truth[:2]), grid) is None
+
+
 # ----------------------------------------------------------------------------------------------
 # Figures, report, CLI
 
@@ -370,8 +405,90 @@ def test_figure_panels(report, name, shape):
     if name in ("frontier", "fits"):
         assert all(ax.get_xscale() == "log" for ax in fig.axes)
         assert f"prm reward · {TARGET_LABELS['in_pass1']}" in titles
-    if name == "same_flop":
-        assert all(ax.get_yscale() == "log" for ax in fig.axes)
+    if name == "same_flop":  # counts of tens to thousands: linear axes from 0
+        assert all(ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0 for ax in fig.axes)
+
+
+def _drawn_texts(fig) -> list:
+    """Every visible, non-empty text of a drawn figure (tick labels, titles, notes, legend)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    FigureCanvasAgg(fig).draw()
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+@pytest.mark.parametrize("name", figures.FIGURE_NAMES)
+def test_single_column_figures_are_legible(report, name):
+    """Each per-reward (or per reward and target) figure: one column wide, no text under 7 pt,
+    and no title, axis label, note or legend entry cut off at the figure's edge."""
+    data = report.figure_data()
+    keys = paper_figures.panel_keys(data, name)
+    per_target = name in ("frontier", "regime_map", "race_agreement", "fits")
+    assert keys == ([(r, t) for r in data.rewards for t in data.targets] if per_target
+                    else [(r,) for r in data.rewards])
+    for key in keys:
+        fig = paper_figures.plot_panel(name, data, *key)
+        w, h = fig.get_size_inches()
+        assert 3.3 <= w <= 3.5 and h <= 9.0, (key, w, h)
+        texts = _drawn_texts(fig)
+        small = [(t.get_text(), t.get_fontsize()) for t in texts if t.get_fontsize() < 7]
+        assert not small, (key, small)
+        box = fig.bbox
+        renderer = fig.canvas.get_renderer()
+        framed = [t for ax in fig.axes for t in (ax.title, ax.xaxis.label, ax.yaxis.label,
+                                                 *ax.texts)]
+        framed += [t for lg in fig.legends for t in lg.get_texts()]
+        for t in framed:
+            if not t.get_text().strip():
+                continue
+            e = t.get_window_extent(renderer)
+            assert (e.x0 >= box.x0 - 1 and e.x1 <= box.x1 + 1 and e.y0 >= box.y0 - 1
+                    and e.y1 <= box.y1 + 1), (key, t.get_text())
+        assert any(f"{key[0]} reward" in t.get_text() for t in texts)  # titled by reward
+
+
+def test_single_column_fits_stay_within_the_data_with_a_band(report):
+    data = report.figure_data()
+    pts = data.points[data.points["acc"].notna()]
+    ok = data.fits[data.fits["status"] == "ok"]
+    assert len(ok) > 0
+    for reward in data.rewards:
+        for target in data.targets:
+            fig = paper_figures.plot_panel("fits", data, reward, target)
+            (ax,) = [a for a in fig.axes if a.get_title()]
+            assert ax.get_xscale() == "log"
+            lines = {ln.get_gid(): ln for ln in ax.get_lines() if str(ln.get_gid()).startswith(
+                "fit:")}
+            bands = {c.get_gid(): c for c in ax.collections if str(c.get_gid()).startswith(
+                "band:")}
+            want = ok[(ok["reward"] == reward) & (ok["target"] == target)]
+            assert sorted(lines) == sorted(f"fit:{r.size}/{r.alloc}" for r in want.itertuples())
+            for gid, line in lines.items():
+                size, alloc = gid.removeprefix("fit:").split("/")
+                g = pts[(pts["size"] == size) & (pts["alloc"] == alloc)
+                        & (pts["reward"] == reward) & (pts["target"] == target)]
+                x = np.asarray(line.get_xdata(), dtype=float)
+                # Smooth: many points, from the smallest to the largest FLOPs with data.
+                assert len(x) >= 50 and np.all(np.diff(np.log(x)) > 0)
+                assert x.min() == pytest.approx(g["flops"].min(), rel=1e-12)
+                assert x.max() == pytest.approx(g["flops"].max(), rel=1e-12)
+                band = bands[f"band:{size}/{alloc}"]  # every drawn fit has its band
+                verts = np.concatenate([p.vertices for p in band.get_paths()])
+                assert verts[:, 0].min() >= x.min() * (1 - 1e-12)
+                assert verts[:, 0].max() <= x.max() * (1 + 1e-12)
+    b = data.bands
+    assert (b["lo"] <= b["hi"]).all() and b["lo"].notna().all()
+    assert ((b["fit"] >= b["lo"] - 1e-9) & (b["fit"] <= b["hi"] + 1e-9)).mean() > 0.9
+
+
+def test_single_column_same_flop_counts_are_linear(report):
+    data = report.figure_data()
+    fig = paper_figures.plot_panel("same_flop", data, data.rewards[0])
+    axes = [a for a in fig.axes if a.get_title()]
+    assert len(axes) == 2
+    assert all(a.get_yscale() == "linear" and a.get_ylim()[0] == 0 for a in axes)
+    assert [a.get_title().split(" ")[0] for a in axes] == ["updates", "rollouts"]
 
 
 def _noisy_report():
@@ -487,6 +604,20 @@ def test_cli_report_writes_everything(cli_report):
         assert (out / "figures" / f"{name}.svg").stat().st_size > 0
     md = (out / "report.md").read_text()
     assert md.startswith("# RACE report: cli-study")
+    # The single-column figures: per reward (and target), listed in report.md and captioned.
+    for name in figures.FIGURE_NAMES:
+        pngs = sorted((out / "figures" / name).rglob("*.png"))
+        n_keys = 2 * 2 if name in paper_figures.PER_TARGET else 2  # rewards (x targets)
+        assert len(pngs) == n_keys, (name, pngs)
+        assert paper_figures.pattern(name) in FIGURE_CAPTIONS[name]
+        for png in pngs:
+            assert png.with_suffix(".svg").stat().st_size > 0
+            rel = png.relative_to(out).as_posix()
+            assert f"]({rel})" in md, rel
+    assert {p.relative_to(out / "figures").as_posix() for p in (out / "figures").rglob("*.png")
+            if p.parent.name != "figures"} >= {"frontier/rule/in_pass1.png",
+                                               "fits/prm/ood_pass1.png", "same_flop/rule.png",
+                                               "compute_breakdown/prm.png"}
     for section in ["## FLOP conventions", "## Frontier", "## Regime", "## RACE",
                     "## Compute–performance fits", "## Nested budget rungs", "## Missing cells",
                     "## Caveats", "](figures/frontier.png)", "Median width"]:
@@ -499,6 +630,40 @@ def test_cli_report_writes_everything(cli_report):
     assert "not evaluated (no values in the table): maj@k" in md
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == len(pd.read_csv(cli_report / "runs.csv"))
+
+
+def test_single_column_files_have_their_size_on_disk(cli_report, report):
+    """A PNG is the figure's size at PANEL_DPI: 3.4 in -> 680 pixels wide at 200 dpi."""
+    from PIL import Image
+
+    data = report.figure_data()
+    for name, key in [("fits", ("rule", "in_pass1")), ("same_flop", ("prm",)),
+                      ("regime_map", ("prm", "ood_pass1"))]:
+        w_in, h_in = paper_figures.plot_panel(name, data, *key).get_size_inches()
+        path = cli_report / "reports" / "figures" / (paper_figures.stem(name, key) + ".png")
+        with Image.open(path) as img:
+            (w_px, h_px), dpi = img.size, img.info["dpi"]
+        assert dpi[0] == pytest.approx(paper_figures.PANEL_DPI, abs=0.01)
+        assert w_px == round(w_in * paper_figures.PANEL_DPI) == 680
+        assert abs(h_px - h_in * paper_figures.PANEL_DPI) <= 1
+        assert 3.3 <= w_px / dpi[0] <= 3.5
+
+
+def test_single_column_folders_are_rewritten(study, tmp_path):
+    """A rewrite leaves no stale panel, and a figure that is not run has an empty folder."""
+    rep = analyse(study[study["stage"] == "pilot"], study="pilot only")
+    stale = tmp_path / "race_agreement" / "gone" / "in_pass1.png"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
+    keep = tmp_path / "notes.txt"
+    keep.write_text("mine")
+    written = paper_figures.write_panels(rep.figure_data(), tmp_path)
+    assert written["race_agreement"] == [] and not stale.exists()
+    assert (tmp_path / "race_agreement").is_dir()
+    assert not any((tmp_path / "race_agreement").iterdir())
+    assert keep.read_text() == "mine"
+    assert {p.name for p in written["same_flop"]} == {"rule.png", "rule.svg", "prm.png",
+                                                      "prm.svg"}
 
 
 def test_write_reports_is_deterministic(cli_report, report, tmp_path):

@@ -2,6 +2,7 @@
 # `snakemake --report` shows: report.html, the main tables, each figure with its caption.
 
 FIGURES = ["frontier", "compute_breakdown", "same_flop", "regime_map", "race_agreement", "fits"]
+PER_TARGET = ["frontier", "regime_map", "race_agreement", "fits"]
 
 
 rule report:
@@ -28,9 +29,20 @@ rule report:
             )
             for name in FIGURES
         },
+        # The single-column versions (race.analysis.paper_figures): <reward>/<target> files
+        # for the study's RACE targets, or <reward> files; which exist depends on the data.
+        **{
+            f"panels_{name}": report(
+                directory(f"reports/figures/{name}"),
+                caption=f"../../reports/captions/{name}.rst",
+                category="Single-column figures",
+                patterns=["{reward}/{target}.png"] if name in PER_TARGET else ["{reward}.png"],
+            )
+            for name in FIGURES
+        },
     params:
         race=RACE,
-        config=S.config_slice(STUDY, "study", "eval"),
+        config=S.config_slice(STUDY, "study", "eval", "race"),
         out=lambda w, output: os.path.dirname(output.report),
     log:
         "logs/report.log",

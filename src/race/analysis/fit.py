@@ -20,15 +20,16 @@ the midpoint between them, B the steepness per e-fold of compute. Conventions:
 - Held-out check: refit on every rung but the largest and predict the largest;
   ``holdout_error_points`` = 100 x (prediction - observation). It needs one rung more than the
   fit itself, else ``holdout_status`` is "insufficient rungs".
-- Uncertainty band (:func:`sigmoid_band`, :func:`band_table`; drawn by the figures): a pointwise
-  95% band of the fitted curve from the rungs' own evaluation uncertainty, by parametric
-  bootstrap. Each replicate redraws every rung's mean accuracy from N(acc, se^2) (se: the
-  seed-combined standard error of :func:`race.analysis.frontier.seed_summary`; clipped to
-  [0, 1] for an accuracy), refits the sigmoid (same bounds, R0 held at the base accuracy when
-  fixed, started from the fit) and evaluates it; the band is the 2.5% and 97.5% percentiles of
-  the replicate curves at each C. It spans only the observed compute range (smallest to largest
-  FLOPs with data): the figures do not extrapolate. It is conditional on the sigmoid's form and
-  on R0: it shows how far the rungs' noise moves the curve, not whether the form is right.
+- Uncertainty band (:func:`sigmoid_band`, :func:`band_table`; drawn by the figures): a
+  pointwise 95% band of the fitted curve from the rungs' own evaluation uncertainty, by
+  parametric bootstrap (:data:`BAND_REPS` = 200 replicates, seeded: deterministic). Each
+  replicate redraws every rung's mean accuracy from N(acc, se^2) (se: the seed-combined
+  standard error of :func:`race.analysis.frontier.seed_summary`; clipped to [0, 1] for an
+  accuracy), refits the sigmoid (same bounds, R0 held at the base accuracy when fixed, started
+  from the fit) and evaluates it; the band is the 2.5% and 97.5% percentiles of the replicate
+  curves at each C. It spans only the observed compute range (smallest to largest FLOPs with
+  data): the figures do not extrapolate. It is conditional on the sigmoid's form and on R0: it
+  shows how far the rungs' noise moves the curve, not whether the form is right.
 """
 
 from __future__ import annotations
@@ -144,23 +145,58 @@ def fit_sigmoid(flops: np.ndarray, acc: np.ndarray, r0: float | None = None) -> 
     return result("ok", (A, B, math.exp(m), R0), math.sqrt(sse / len(r)))
 
 
-#: The parametric bootstrap behind a fit's band (module docstring): replicates, seed, points
-#: per curve, and the share of replicate refits that must succeed for a band to be drawn.
+#: The parametric bootstrap behind a fit's band (module docstring): replicates, seed, and the
+#: points of each drawn curve.
 BAND_REPS = 200
 BAND_SEED = 0
 BAND_POINTS = 100
-BAND_MIN_OK = 0.5
 
 
-def _jacobian(r0: float | None) -> object:
-    """Analytic d model / d params of :func:`_problem`'s model (a refit needs ~4x fewer calls)."""
-    def jac(x: np.ndarray, A: float, B: float, m: float, *rest: float) -> np.ndarray:
-        R0 = float(r0) if r0 is not None else rest[0]
-        s = 0.5 * (1.0 + np.tanh(0.5 * B * (x - m)))
-        ds = (A - R0) * s * (1.0 - s)
-        cols = [s, ds * (x - m), -ds * B] + ([] if r0 is not None else [1.0 - s])
-        return np.column_stack(cols)
-    return jac
+def _batch_curves(x: np.ndarray, P: np.ndarray,
+                  r0: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """R at ln C ``x`` for every parameter row of ``P`` (A, B, ln C_mid[, R0]) and its
+    Jacobian: shapes (rows, len(x)) and (rows, len(x), params)."""
+    A, B, m = P[:, 0:1], P[:, 1:2], P[:, 2:3]
+    R0 = float(r0) if r0 is not None else P[:, 3:4]
+    s = 0.5 * (1.0 + np.tanh(0.5 * B * (x - m)))
+    ds = (A - R0) * s * (1.0 - s)
+    cols = [s, ds * (x - m), -ds * B] + ([] if r0 is not None else [1.0 - s])
+    return R0 + (A - R0) * s, np.stack(cols, axis=-1)
+
+
+def _refit_batch(x: np.ndarray, Y: np.ndarray, p0: np.ndarray, lower: list, upper: list,
+                 r0: float | None, iters: int = 300) -> np.ndarray:
+    """Least-squares refits of the sigmoid to every row of ``Y``, all at once, from ``p0``:
+    Levenberg-Marquardt (Marquardt's diagonal scaling) with each step clipped into the bounds
+    and kept only when it lowers that row's residual sum of squares. One ``curve_fit`` per row
+    took ~15x the time on the default study (minutes for its 192 fits); there, the residuals
+    reached match those of ``curve_fit`` from the same start (within 0.2%, often lower).
+    Returns the parameter rows."""
+    lo, hi = np.asarray(lower, dtype=float), np.asarray(upper, dtype=float)
+    P = np.tile(np.asarray(p0, dtype=float), (len(Y), 1))
+    lam = np.full(len(Y), 1e-3)
+    f, J = _batch_curves(x, P, r0)
+    res = f - Y
+    sse = np.sum(res**2, axis=-1)
+    eye = np.eye(P.shape[1])
+    idle = 0
+    for _ in range(iters):
+        H = np.einsum("rni,rnj->rij", J, J)
+        g = np.einsum("rni,rn->ri", J, res)
+        D = np.einsum("rii->ri", H)
+        D = D + 1e-9 * D.max(axis=-1, keepdims=True) + 1e-30  # a flat direction stays solvable
+        step = np.linalg.solve(H + lam[:, None, None] * (D[:, :, None] * eye), -g[..., None])
+        P_new = np.clip(P + step[..., 0], lo, hi)
+        f_new, J_new = _batch_curves(x, P_new, r0)
+        res_new = f_new - Y
+        sse_new = np.sum(res_new**2, axis=-1)
+        ok = sse_new < sse
+        idle = 0 if np.any(ok & (sse - sse_new > 1e-12 * sse)) else idle + 1
+        P[ok], J[ok], res[ok], sse[ok] = P_new[ok], J_new[ok], res_new[ok], sse_new[ok]
+        lam = np.clip(np.where(ok, lam / 3.0, lam * 4.0), 1e-12, 1e12)
+        if idle > 25:  # no row has improved for a while: converged
+            break
+    return P
 
 
 def sigmoid_band(flops: np.ndarray, acc: np.ndarray, se: np.ndarray, fit: SigmoidFit,
@@ -168,10 +204,10 @@ def sigmoid_band(flops: np.ndarray, acc: np.ndarray, se: np.ndarray, fit: Sigmoi
                  seed: int = BAND_SEED) -> tuple[np.ndarray, np.ndarray] | None:
     """Pointwise 95% band ``(lo, hi)`` of the fitted R(C) at ``grid`` (FLOPs), by parametric
     bootstrap over the points (module docstring): each of ``reps`` replicates redraws ``acc``
-    from N(acc, se^2) and refits; ``numpy.random.default_rng(seed)``, so deterministic.
+    from N(acc, se^2), clipped to [0, 1] for an accuracy, and refits (:func:`_refit_batch`,
+    the fit's bounds, R0 held when fixed); ``numpy.random.default_rng(seed)``: deterministic.
 
-    None when there is no band: ``fit`` is not "ok", a point has no finite ``se``, or fewer than
-    :data:`BAND_MIN_OK` of the refits succeed.
+    None when there is no band: ``fit`` is not "ok", or a point has no finite ``se``.
     """
     if fit.status != "ok":
         return None
@@ -182,25 +218,14 @@ def sigmoid_band(flops: np.ndarray, acc: np.ndarray, se: np.ndarray, fit: Sigmoi
         return None
     x = np.log(c)
     r0 = fit.R0 if fit.r0_fixed else None
-    model, lower, upper = _problem(x, r, r0)
+    _, lower, upper = _problem(x, r, r0)
     p_hat = np.clip([fit.A, fit.B, math.log(fit.C_mid)] + ([] if r0 is not None else [fit.R0]),
                     lower, upper)
-    jac = _jacobian(r0)
-    xg = np.log(np.asarray(grid, dtype=float))
-    curves = []
-    for z in np.random.default_rng(seed).standard_normal((reps, len(r))):
-        y = np.clip(r + e * z, lower[0], upper[0])  # an accuracy stays in [0, 1]
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", OptimizeWarning)
-                p, _ = curve_fit(model, x, y, p0=p_hat, bounds=(lower, upper), jac=jac,
-                                 maxfev=2000)
-        except (RuntimeError, ValueError):
-            continue
-        curves.append(model(xg, *p))
-    if len(curves) < BAND_MIN_OK * reps:
-        return None
-    lo, hi = np.percentile(np.asarray(curves), [2.5, 97.5], axis=0)
+    z = np.random.default_rng(seed).standard_normal((reps, len(r)))
+    Y = np.clip(r + e * z, lower[0], upper[0])
+    P = _refit_batch(x, Y, p_hat, lower, upper, r0)
+    curves, _ = _batch_curves(np.log(np.asarray(grid, dtype=float)), P, r0)
+    lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
     return lo, hi
 
 

@@ -184,6 +184,15 @@ def fits_md(fits: pd.DataFrame) -> str:
     return md_table(rows, header) + truncated(len(fits), "fits.csv")
 
 
+def panel_links(pngs: list[str], prefix: str) -> str:
+    """One line linking a figure's single-column PNGs, each labelled by its path after
+    ``prefix`` without the suffix (``rule/in_pass1``); "none" when there are none."""
+    if not pngs:
+        return "Single-column files: none (the figure is not run)."
+    links = [f"[{p.removeprefix(prefix).removesuffix('.png')}]({p})" for p in pngs]
+    return "Single-column files: " + ", ".join(links) + "."
+
+
 def missing_md(missing: pd.DataFrame) -> str:
     if missing.empty:
         return ("None: every config of each stage has a value at every seed, budget and "

@@ -13,9 +13,15 @@ Entry point: :func:`write_reports`. Inputs and conventions:
   report as not evaluated rather than failing.
 - Output (all paths relative to ``out_dir``): runs.csv (the input, sorted), frontier.csv,
   regime.csv, missing.csv, pilot_rankings.csv, agreement.csv, agreement_ranks.csv,
-  race_cost.csv, fits.csv, figures/<name>.png|svg, report.md. Every file is written on every
-  run (empty tables keep their header; a figure whose input was not run says so), so a workflow
-  can declare them all as outputs.
+  race_cost.csv, fits.csv, figures/<name>.png|svg (the overview grids), report.md, and the
+  single-column figures for a paper (:mod:`race.analysis.paper_figures`):
+  figures/<name>/<reward>/<target>.png|svg for frontier, regime_map, race_agreement and fits,
+  figures/<name>/<reward>.png|svg for compute_breakdown and same_flop. Every file but the
+  single-column ones is written on every run (empty tables keep their header; a figure whose
+  input was not run says so), so a workflow can declare them all as outputs; the single-column
+  files depend on the rewards and targets in the table, so each figure's folder
+  (figures/<name>/) is the output to declare: it always exists, empty when the figure is not
+  run, and holds exactly this report's files.
 - Deterministic: rows sorted, floats written with ``%.10g`` (runs.csv keeps the input's values),
   no timestamps, no absolute paths in report.md.
 """
@@ -29,8 +35,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from race.analysis import figures
-from race.analysis.fit import fit_table, rung_points
+from race.analysis import figures, paper_figures
+from race.analysis.fit import band_table, fit_table, rung_points
 from race.analysis.frontier import (
     CELL_KEYS,
     DECIDED_Z,
@@ -53,6 +59,7 @@ from race.analysis.markdown import (
     flops,
     frontier_md,
     missing_md,
+    panel_links,
     pct,
     pts,
     regime_md,
@@ -74,18 +81,33 @@ from race.analysis.protocol import (
 FLOAT_FORMAT = "%.10g"
 FIGURE_DIR = "figures"
 
-FIGURE_CAPTIONS = {
+_CAPTIONS = {
     "frontier": "accuracy vs training compute per size × allocation; the grey line joins each "
                 "budget's best config; error bars are 95% intervals.",
     "compute_breakdown": "share of model FLOPs spent in rollout, learning and reward per "
                          "config at its largest rung.",
-    "same_flop": "optimizer updates and rollouts each allocation buys at the same budget.",
+    "same_flop": "optimizer updates and rollouts each allocation buys at the same budget "
+                 "(linear count axes).",
     "regime_map": "winning allocation per budget rung and policy size, coloured only when "
                   f"decided (z ≥ {DECIDED_Z:g}); grey: tie; hatched: undecided, with its z.",
     "race_agreement": "pilot rank vs validation rank per config, with Spearman ρ, regret and "
                       "top-1 agreement.",
-    "fits": "mean accuracy per rung and the fitted sigmoid R(C) per config.",
+    "fits": "mean accuracy per rung and the fitted sigmoid R(C) per config, drawn only over "
+            "the FLOPs that config was run at (no extrapolation), with a shaded pointwise 95% "
+            "band: the spread of refits to the rungs redrawn within their evaluation intervals "
+            "(parametric bootstrap, 200 replicates).",
 }
+
+
+def _panel_note(name: str) -> str:
+    split = "reward and target" if name in paper_figures.PER_TARGET else "reward"
+    return (f" Single-column versions, one per {split} ({paper_figures.COLUMN_W:g} in wide, "
+            f"text ≥ {paper_figures.MIN_PT} pt): `{FIGURE_DIR}/{paper_figures.pattern(name)}"
+            ".png` and `.svg`.")
+
+
+#: Each figure's caption (report.md and the Snakemake report), naming its single-column files.
+FIGURE_CAPTIONS = {name: caption + _panel_note(name) for name, caption in _CAPTIONS.items()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -185,19 +207,23 @@ class Report:
     missing: pd.DataFrame
     points: pd.DataFrame  # fit inputs: mean FLOPs and accuracy per config, target and rung
     fits: pd.DataFrame
+    bands: pd.DataFrame  # the fits' drawn curves and 95% bands (race.analysis.fit.band_table)
     rankings: pd.DataFrame  # pilot ranking (empty without pilot rows)
     agreement: Agreement | None  # None without pilot or validation rows
     cost: PilotCost | None  # None without pilot rows
     savings: NestedSavings
     #: name -> [png, svg] relative to the report's directory (filled when written)
     figures: dict[str, list[str]] = field(default_factory=dict)
+    #: name -> its single-column PNGs relative to the report's directory (filled when written)
+    panels: dict[str, list[str]] = field(default_factory=dict)
     #: configured targets with no value in the table
     targets_not_evaluated: list[str] = field(default_factory=list)
 
     def figure_data(self) -> figures.FigureData:
         return figures.FigureData(runs=self.runs, summary=self.summary, frontier=self.frontier,
                                   regime=self.regime, points=self.points, fits=self.fits,
-                                  targets=self.targets, agreement=self.agreement)
+                                  bands=self.bands, targets=self.targets,
+                                  agreement=self.agreement)
 
     @property
     def not_run(self) -> list[str]:
@@ -217,13 +243,13 @@ def analyse(runs: pd.DataFrame, targets: list[str] | None = None,
     stages = split_stages(runs)
     pilot, val, full = (stages.get(s) for s in ("pilot", "validation", "full"))
     summary = config_summary(runs, targets)
+    points, fits = rung_points(runs, targets), fit_table(runs, targets)
     return Report(
         study=study, runs=runs, targets=targets, summary=summary,
         frontier=frontier_table(runs, targets, summary),
         regime=regime_table(runs, targets, summary),
         missing=missing_cells(runs, targets, search_only_at_top),
-        points=rung_points(runs, targets),
-        fits=fit_table(runs, targets),
+        points=points, fits=fits, bands=band_table(points, fits),
         rankings=(rank_pilot(pilot, targets) if pilot is not None
                   else pd.DataFrame(columns=RANKING_COLUMNS)),
         agreement=(agreement(pilot, val, full, targets)
@@ -311,7 +337,10 @@ def render(rep: Report) -> str:
             "compute, C_mid: FLOPs at the midpoint; R0 is the base policy's accuracy where it "
             "was evaluated, else fitted). Held-out error = 100 × (prediction − observation) at "
             "the largest rung from a fit to the others. Fewer rungs than free parameters: "
-            "\"insufficient rungs\", no fit. Full table: `fits.csv`.", "",
+            "\"insufficient rungs\", no fit. The fits figure draws each curve only over the FLOPs "
+            "its config was run at, with a pointwise 95% band from refits to the rungs redrawn "
+            "within their evaluation intervals (parametric bootstrap). Full table: `fits.csv`.",
+            "",
             fits_md(rep.fits) if len(rep.fits) else "No runs.", ""]
     out += ["## Figures", ""]
     not_run = rep.not_run
@@ -319,7 +348,8 @@ def render(rep: Report) -> str:
         png, svg = rep.figures[name]
         state = " **Not run** (the figure says why)." if name in not_run else ""
         out += [f"- **{name}**: {FIGURE_CAPTIONS[name]}{state} ([SVG]({svg}))", "",
-                f"  ![{name}]({png})", ""]
+                f"  ![{name}]({png})", "",
+                "  " + panel_links(rep.panels.get(name, []), f"{FIGURE_DIR}/{name}/"), ""]
     out += ["## Nested budget rungs", "",
             f"Each of the {sv.n_cells} cells (stage × size × reward × alloc × seed) is one run "
             f"that is evaluated at every rung it crosses ({sv.n_rungs} cell × rung rows). Run "
@@ -392,10 +422,16 @@ def write_reports(runs_csv: str | Path, out_dir: str | Path,
     rep = analyse(runs, targets, study_name(cfg, runs), search_at == "base_and_top")
     rep.targets_not_evaluated = [t for t in wanted if t not in available]
     paths = write_tables(rep, out)
-    figs = figures.write_all(rep.figure_data(), out / FIGURE_DIR)
+    data = rep.figure_data()
+    figs = figures.write_all(data, out / FIGURE_DIR)
     rep.figures = {n: [p.relative_to(out).as_posix() for p in ps] for n, ps in figs.items()}
+    race = cfg.get("race") if isinstance(cfg.get("race"), Mapping) else {}
+    panels = paper_figures.write_panels(data, out / FIGURE_DIR, race.get("targets"))
+    rep.panels = {n: [p.relative_to(out).as_posix() for p in ps if p.suffix == ".png"]
+                  for n, ps in panels.items()}
     md = out / "report.md"
     md.write_text(render(rep))
     paths.append(md)
     paths += [p for ps in figs.values() for p in ps]
+    paths += [p for ps in panels.values() for p in ps]
     return sorted(paths)

@@ -1,6 +1,7 @@
 """``race report``: everything under reports/ -- runs, frontier, regime, missing, RACE agreement
-and fit tables, six figures (PNG and SVG), report.md, and the pages Snakemake's HTML report
-shows (report.html, one caption per figure: race.analysis.report_pages).
+and fit tables, six overview figures and their single-column versions (PNG and SVG; the
+per-target ones for the study's RACE targets), report.md, and the pages Snakemake's HTML
+report shows (report.html, one caption per figure: race.analysis.report_pages).
 
     race report RUNS_CSV --out reports/ [--config config.yaml]
                 [--pilot-csv P] [--validation-csv V] [--full-csv F]
