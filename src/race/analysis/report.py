@@ -100,7 +100,8 @@ _CAPTIONS = {
 
 
 def _panel_note(name: str) -> str:
-    split = "reward and target" if name in paper_figures.PER_TARGET else "reward"
+    split = ("reward and RACE target (race.targets; all targets without one)"
+             if name in paper_figures.PER_TARGET else "reward")
     return (f" Single-column versions, one per {split} ({paper_figures.COLUMN_W:g} in wide, "
             f"text ≥ {paper_figures.MIN_PT} pt): `{FIGURE_DIR}/{paper_figures.pattern(name)}"
             ".png` and `.svg`.")
