@@ -1,12 +1,20 @@
-"""Config values as researchers write them: 1e18-style FLOP counts, and a clear error naming
-the key for anything that is not a positive number."""
+"""Config values as researchers write them: 1e18-style FLOP counts (YAML 1.2 floats, in the
+one reader and on a config Snakemake read with YAML 1.1), and a clear error naming the key for
+anything in a FLOP-valued key that is not a positive number."""
 
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
-from race.study.config import ConfigError, load_config
+from race.study.config import (
+    ConfigError,
+    coerce_numbers,
+    load_config,
+    read_yaml,
+    validate_schema,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,11 +36,37 @@ def test_scientific_notation_reads_as_numbers(tmp_path):
     assert config["race"]["pilot_rungs"] == [4e9] and config["race"]["validation_budget"] == 8e9
 
 
-@pytest.mark.parametrize("budgets, message", [
-    ("[4e9, lots, 1.6e10]", "budgets[1]: 'lots' is not a positive number of FLOPs"),
-    ("[4e9, -8e9, 1.6e10]", "budgets[1]: -8000000000 is not a positive number of FLOPs"),
+def test_the_reader_reads_yaml_12_floats(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("a: [1e18, 2E10, 1.5e9, -3e4, 1e-4, 2.0e+10, 12, '4e9', e5, 1e]\n")
+    assert read_yaml(path)["a"] == [1e18, 2e10, 1.5e9, -3e4, 1e-4, 2e10, 12, "4e9", "e5", "1e"]
+    assert yaml.safe_load("a: 1e18")["a"] == "1e18"  # PyYAML's own loader is left as is
+
+
+def test_a_yaml_11_config_gets_the_same_numbers(tmp_path):
+    """Snakemake reads --configfile with YAML 1.1 (4e9 a string); coerce_numbers, which the
+    Snakefile runs before validate, fixes the numbers where the schema wants one, and leaves a
+    quoted name alone."""
+    path = smoke_text(tmp_path, "[4e9, 8e9, 1.6E10]")
+    text = path.read_text().replace("study: race-smoke", 'study: "1e3"')
+    text = re.sub(r"(?m)^  steps: 20$", "  steps: 2e1", text)
+    path.write_text(text)
+    snakemake = yaml.safe_load(path.read_text())
+    assert snakemake["budgets"] == ["4e9", "8e9", "1.6E10"]
+    config = validate_schema(coerce_numbers(snakemake))
+    assert config["budgets"] == [4e9, 8e9, 1.6e10] and config["race"]["pilot_rungs"] == [4e9]
+    assert config["study"] == "1e3" and config["prm"]["steps"] == 20
+    assert isinstance(config["prm"]["steps"], int)
+    assert config == validate_schema(coerce_numbers(read_yaml(path)))
+
+
+@pytest.mark.parametrize("budgets, pilot, validation, message", [
+    ("[4e9, lots, 1.6e10]", "[4e9]", "8e9", "budgets[1]: 'lots' is not a positive number of FLOPs"),
+    ("[4e9, -8e9, 1.6e10]", "[4e9]", "8e9", "budgets[1]: -8e+09 is not a positive number of FLOPs"),
+    ("[4e9, 8e9, 1.6e10]", "[4e9, 0]", "8e9", "race.pilot_rungs[1]: 0 is not a positive number"),
+    ("[4e9, 8e9, 1.6e10]", "[4e9]", "abc", "race.validation_budget: 'abc' is not a positive"),
 ])
-def test_a_bad_flop_value_names_its_key(tmp_path, budgets, message):
+def test_a_bad_flop_value_names_its_key(tmp_path, budgets, pilot, validation, message):
     with pytest.raises(ConfigError) as err:
-        load_config(smoke_text(tmp_path, budgets))
+        load_config(smoke_text(tmp_path, budgets, pilot, validation))
     assert message in str(err.value)

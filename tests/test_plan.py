@@ -1,18 +1,53 @@
 """The budget planner (race plan, race check-config's stage totals) against hand computations,
 and one vocabulary default for every command."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+from race.cli import main
 from race.flops import analytic as F
+from race.flops.meter import BatchShapes, StepMeter
 from race.flops.plan import plan, step_cost, study_plan
 from race.study.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_steps_a_budget_buys_by_hand():
+def run_json(capsys, *argv: str) -> dict:
+    assert main(["plan", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_one_step_and_the_floor_by_hand():
+    """nano, 8 rows x (16 + 24) tokens, one update per batch, rule reward: the analytic
+    formulas by hand, the trainer's bound (StepMeter.step_bound), and steps = floor(B / step)."""
+    arch, lora = F.resolve_arch("nano"), F.LoraSpec(4, F.ALL_PROJECTIONS)
+    rows, p, g = 8, 16, 24
+    # rollout: a prefill of the prompt (logits at its last position), then one cached decode
+    # per further token; learning: forward + backward over prompt + completion, the LM head at
+    # every position but the last (TRL's plain path)
+    one_rollout = F.forward_flops(arch, p, logits=1, lora=lora) + sum(
+        F.forward_flops(arch, 1, past=p + j - 1, logits=1, lora=lora) for j in range(1, g))
+    assert F.generate_flops(arch, p, g, lora=lora) == one_rollout
+    rollout, learning = rows * one_rollout, rows * F.train_flops(arch, p + g, logits=p + g - 1,
+                                                                 lora=lora)
+    cost = step_cost(arch, rows=rows, prompt_len=p, completion_len=g, lora=lora)
+    assert (cost.rollout, cost.reward, cost.learning, cost.reuse_learning) == (
+        rollout, 0, learning, 0)
+    meter = StepMeter(arch, lora, beta=0.0, num_iterations=1)
+    assert meter.step_bound(True, BatchShapes.worst_case(rows, p, g), None, 0) == \
+        rollout + learning
+    step = rollout + learning
+    for budget, steps in ((7 * step, 7), (7 * step - 1, 6), (7.5 * step, 7), (step - 1, 0)):
+        result = plan(cost, budget, rows)
+        assert result["steps"] == result["updates"] == result["generation_steps"] == steps
+        assert steps == int(budget // step)
+        assert (result["rollouts"], result["model_flops"]) == (steps * rows, steps * step)
+
+
+def test_steps_a_budget_buys_with_batch_reuse():
     arch, lora = F.resolve_arch("nano"), F.LoraSpec(4, F.ALL_PROJECTIONS)
     rows, p, g = 8, 16, 24
     rollout = F.batch_generate_flops(arch, [p] * rows, [g] * rows, lora=lora)
@@ -35,14 +70,59 @@ def test_steps_a_budget_buys_by_hand():
     assert result["hours"] == result["model_flops"] / 1e9 / 3600
 
 
+def test_the_typical_case_still_reserves_the_worst_case():
+    arch, lora = F.resolve_arch("nano"), F.LoraSpec(4, F.ALL_PROJECTIONS)
+    shapes = {"rows": 8, "prompt_len": 16, "lora": lora}
+    worst = step_cost(arch, completion_len=24, **shapes)
+    typical = step_cost(arch, completion_len=8, **shapes)
+    budget = 3 * typical.generation_step + worst.generation_step - 1
+    assert budget // typical.generation_step > 3
+    # step k+1 runs only if k typical steps + one worst-case step fit: k = 0, 1, 2
+    assert plan(typical, budget, 8, bound=worst)["steps"] == 3
+
+
 def test_a_prm_reward_is_charged_per_row():
     arch, prm = F.resolve_arch("nano"), F.resolve_arch("mini")
     cost = step_cost(arch, rows=4, prompt_len=10, completion_len=20, lora=None,
                      reward_arch=prm)
-    assert cost.reward == 4 * F.reward_model_flops(prm, 30)
+    # the feedback model's bound: prompt + completion + the separator it may append
+    assert cost.reward == 4 * F.reward_model_flops(prm, 31)
 
 
-def test_study_stage_totals():
+def test_race_plan_flags_and_config(capsys):
+    flags = run_json(capsys, "nano", "--budget", "1e9", "--prompts", "2", "--generations", "4",
+                     "--prompt-len", "16", "--completion-len", "24", "--lora-rank", "4",
+                     "--mean-completion", "12")
+    cost = step_cost(F.resolve_arch("nano"), rows=8, prompt_len=16, completion_len=24,
+                     lora=F.LoraSpec(4, F.ALL_PROJECTIONS))
+    assert flags["worst"] == json.loads(json.dumps(plan(cost, 1e9, 8)))
+    assert flags["typical"]["steps"] >= flags["worst"]["steps"] > 0
+    # the smoke study's allocation, its rule+prm reward (a nano PRM), the task's longest
+    # prompt (14 characters) and its largest rung
+    config = run_json(capsys, "--config", str(ROOT / "configs" / "smoke.yaml"), "--size",
+                      "nano", "--alloc", "updates", "--reward", "rule+prm")
+    assert (config["rows"], config["prompt_len"], config["completion_len"]) == (8, 14, 24)
+    step = config["worst"]["step"]
+    assert step["num_iterations"] == 2 and step["reuse_learning"] > 0
+    assert step["reward"] == 8 * F.reward_model_flops(F.resolve_arch("nano"), 14 + 24 + 1)
+    assert config["worst"]["budget"] == 1.6e10
+    assert main(["plan", "--config", str(ROOT / "configs" / "smoke.yaml"), "--size", "nano",
+                 "--alloc", "updates", "--prompts", "3"]) == 2
+    assert "drop --prompts" in capsys.readouterr().err
+
+
+def test_race_plan_text_names_its_assumptions(capsys):
+    assert main(["plan", "qwen2.5-1.5b", "--budget", "1e18", "--prompt-len", "128",
+                 "--completion-len", "512", "--mean-completion", "256",
+                 "--flops-per-second", "2.967e14"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Qwen2.5-1.5B (1,543,714,304 parameters): 64 rows")
+    assert "worst case (every completion at the 512-token cap" in out
+    assert "typical case (ASSUMED: every completion 256 tokens" in out
+    assert "time at an ASSUMED 2.967e+14 model FLOP/s (not a measurement)" in out
+
+
+def test_study_stage_totals(capsys):
     config = load_config(ROOT / "configs" / "smoke.yaml")
     planned = study_plan(config)
     cells = 2 * 2 * 2  # sizes x rewards x allocations, one seed
@@ -51,13 +131,22 @@ def test_study_stage_totals():
     assert planned["nested_rungs_save"] == cells * (4e9 + 8e9)
     # per reward: top-1 for one target + the baseline at both sizes; seed 1 only
     assert planned["validation_at_most"] == 2 * 3 * 1 * 8e9
+    assert planned["total_at_most"] == cells * 1.6e10 + 2 * 3 * 8e9
+    assert main(["check-config", str(ROOT / "configs" / "smoke.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "  pilot              3.2e+10" in out and "  full grid          1.28e+11" in out
+    assert "  nested rungs save  9.6e+10" in out
 
 
-def test_one_vocabulary_default():
+def test_one_vocabulary_default(capsys):
     from race.data.tokenizer import VOCAB_SIZE
 
     assert F.LADDER_REFERENCE_VOCAB == VOCAB_SIZE
+    assert main(["flops", "micro", "--seq", "8", "--json"]) == 0
+    flops = json.loads(capsys.readouterr().out)
+    assert flops["vocab"] == VOCAB_SIZE
     models = subprocess.run([sys.executable, "-m", "race.cli", "models"], capture_output=True,
                             text=True, check=True).stdout
-    nano = next(line for line in models.splitlines() if line.startswith("| nano"))
-    assert f"{F.resolve_arch('nano').params():,}" in nano
+    micro = next(line for line in models.splitlines() if line.startswith("| micro"))
+    assert f"| {flops['params']:,} |" in micro
+    assert flops["params"] == F.resolve_arch("micro").params()

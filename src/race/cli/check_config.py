@@ -1,5 +1,7 @@
 """``race check-config``: validate a study config (schema, cross-field checks, and the task files
-and local model folders it names: race.study.inputs), nothing written."""
+and local model folders it names: race.study.inputs), nothing written; then print the study's
+planned training model FLOPs by stage (pilot, full grid, validation, and what the nested rungs
+save: race.flops.plan.study_plan, each run charged its budget)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from race.flops.plan import study_plan
+    from race.flops.plan import format_study_plan, study_plan
     from race.study.cells import grid_cells
     from race.study.config import ConfigError, load_config
 
@@ -24,10 +26,5 @@ def run(args) -> int:
         return 2
     print(f"{args.config}: valid ({len(grid_cells(config))} grid cells, "
           f"{len(config['budgets'])} budget rungs)")
-    planned = study_plan(config)
-    print(f"planned training model FLOPs (each run charged its budget): pilot "
-          f"{planned['pilot']:.3g} (part of the grid), full grid {planned['full_grid']:.3g}, "
-          f"validation at most {planned['validation_at_most']:.3g}, total at most "
-          f"{planned['total_at_most']:.3g}; nested rungs save {planned['nested_rungs_save']:.3g}"
-          f" against one run per rung ({planned['one_run_per_rung']:.3g})")
+    print(format_study_plan(study_plan(config)))
     return 0

@@ -1,103 +1,221 @@
 """``race plan``: what a FLOP budget buys for one size x allocation x reward, before training.
 
-    race plan SIZE --budget B --prompts P --generations G --prompt-len T --completion-len C
-              [--iterations MU] [--lora-rank R] [--beta BETA] [--prm SIZE]
+    race plan SIZE --budget B [--prompts P] [--generations G] [--iterations MU]
+              [--prompt-len T] [--completion-len C] [--lora-rank R] [--lora-targets q_proj,...]
+              [--beta BETA] [--grad-ckpt] [--prm SIZE]
               [--mean-completion M] [--flops-per-second S] [--head all|completion] [--json]
-    race plan --config CONFIG --size SIZE --alloc NAME --reward NAME --budget B [...]
+    race plan --config CONFIG --size SIZE --alloc NAME [--reward NAME] [--budget B]
+              [--prompt-len T] [--prm ARCH] [--mean-completion M] [--flops-per-second S]
+              [--head ...]
 
-SIZE is a ladder size, a Qwen2.5 name or a model folder. With ``--config`` the allocation, the
-completion cap, the reward's PRM and LoRA come from the study config and ``--prompt-len``
-defaults to 64. Prints one generation (and reuse) step's model FLOPs per phase, the steps,
-updates and rollouts the budget buys in the worst case (every completion at the cap: what the
-trainer's budget stop assumes), the typical case with ``--mean-completion``, and the time at a
-stated FLOP/s (an assumption). Conventions: race.flops.plan.
+SIZE is a ladder size (nano, micro, mini), a known architecture (``Qwen2.5-1.5B``, any case, or
+``Qwen/Qwen2.5-1.5B``) or a model folder. With ``--config`` the rows (prompts x generations),
+updates per batch, completion cap, LoRA, beta and gradient checkpointing come from the study's
+allocation, the reward's PRM (or ORM) is charged, the prompt length is the arithmetic task's
+longest prompt (``--prompt-len`` otherwise) and the budget defaults to the largest rung;
+``--prm ARCH`` stands in for a reward model not resolvable offline (a hub id).
+
+Prints, in model FLOPs (race.flops.plan: real tokens, causal attention, the LoRA policy's
+forward + backward, frozen base), one generation step's cost per phase (rollout, reward,
+learning) and one reuse step's when ``num_iterations > 1`` -- through the trainer's own meter
+(race.flops.meter.StepMeter) -- then the steps, updates and rollouts the budget buys under the
+trainer's stop rule. The worst case (every completion at the cap: what the stop reserves, so
+the fewest steps) always; the typical case with ``--mean-completion M`` (every completion M
+tokens: an assumption); the time at ``--flops-per-second`` (an assumed sustained rate, not a
+measurement).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
-HELP = "what a FLOP budget buys (steps, updates, rollouts, phase split, time)"
+HELP = "what a FLOP budget buys (per-phase step FLOPs, steps, updates, rollouts, time)"
+
+#: Flags mode defaults (64 rows x (64 + 256) tokens, LoRA rank 16 on every projection).
+DEFAULTS = {"prompts": 8, "generations": 8, "iterations": 1, "prompt_len": 64,
+            "completion_len": 256, "lora_rank": 16, "beta": 0.0}
+#: Flags that shape the step; with --config they come from the allocation instead.
+SHAPE_FLAGS = ("prompts", "generations", "iterations", "completion_len", "lora_rank",
+               "lora_targets", "beta")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("size", nargs="?", help="ladder size, Qwen2.5 name or model folder")
-    p.add_argument("--budget", type=float, required=True, help="model FLOPs, e.g. 1e18")
+    p.add_argument("size", nargs="?", help="ladder size, known architecture or model folder")
+    p.add_argument("--budget", type=float, help="model FLOPs, e.g. 1e18 (with --config: "
+                                                "default the largest rung)")
     p.add_argument("--config", help="study config: the allocation and reward come from it")
-    p.add_argument("--size", dest="size_option", help="with --config: the size")
+    p.add_argument("--size", dest="size_option", help="with --config: the policy size")
     p.add_argument("--alloc", help="with --config: an allocation name")
-    p.add_argument("--reward", help="with --config: a reward name (its PRM is charged)")
-    p.add_argument("--prompts", type=int, default=8, help="prompts per step (default 8)")
-    p.add_argument("--generations", type=int, default=8, help="completions per prompt (8)")
-    p.add_argument("--iterations", type=int, default=1, help="updates per generation batch")
-    p.add_argument("--prompt-len", type=int, default=64, help="prompt tokens (default 64)")
-    p.add_argument("--completion-len", type=int, default=256, help="completion cap (256)")
-    p.add_argument("--mean-completion", type=int, help="typical completion length, for the "
-                                                       "typical case beside the worst case")
-    p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank on all projections")
-    p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (> 0: reference "
-                                                           "forward charged)")
-    p.add_argument("--prm", help="PRM size of the reward (default: a rule verifier, 0 FLOPs)")
+    p.add_argument("--reward", help="with --config: a reward name (its PRM / ORM is charged; "
+                                    "default: a rule verifier, 0 FLOPs)")
+    d = DEFAULTS
+    p.add_argument("--prompts", type=int, help=f"prompts per step ({d['prompts']})")
+    p.add_argument("--generations", type=int, help=f"completions per prompt ({d['generations']})")
+    p.add_argument("--iterations", type=int, help=f"updates per generation batch "
+                                                  f"({d['iterations']})")
+    p.add_argument("--prompt-len", type=int, help=f"prompt tokens, the longest ({d['prompt_len']};"
+                                                  " with --config: the task's longest prompt)")
+    p.add_argument("--completion-len", type=int, help=f"completion cap in tokens "
+                                                      f"({d['completion_len']})")
+    p.add_argument("--mean-completion", type=int, help="typical completion length in tokens: "
+                                                       "the typical case beside the worst case")
+    p.add_argument("--lora-rank", type=int, help=f"LoRA rank ({d['lora_rank']})")
+    p.add_argument("--lora-targets", help="comma-separated adapted projections (default all "
+                                          "seven)")
+    p.add_argument("--beta", type=float, help="KL coefficient (> 0: a reference forward is "
+                                              "charged; default 0)")
+    p.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (its "
+                                                            "recompute is charged)")
+    p.add_argument("--prm", help="PRM of the reward: a ladder size, known architecture or model "
+                                 "folder (default: a rule verifier, 0 FLOPs; with --config it "
+                                 "stands in for the reward's own model, e.g. a hub id)")
     p.add_argument("--flops-per-second", type=float,
-                   help="assumed sustained model FLOP/s, for the time (e.g. 0.3 * 989e12)")
+                   help="ASSUMED sustained model FLOP/s, for the time (e.g. 0.3 * 989e12 = "
+                        "2.967e14: 30%% of an H100's dense bf16 peak)")
     p.add_argument("--head", choices=("all", "completion"), default="all",
-                   help="LM-head logits in the update: at all positions (TRL's plain path, the "
-                        "CPU trainer) or completion positions only (fused head on a GPU)")
+                   help="LM-head positions of the update: all (TRL's plain path, the CPU "
+                        "trainer; the larger count, default) or completion only (TRL's fused "
+                        "head on a GPU with Triton)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _request(args) -> dict:
-    """Size, shapes, LoRA, beta and PRM from the flags, or from the study config."""
+def _size(spec: str) -> str:
+    """A known architecture's canonical name, whatever its case (``qwen2.5-1.5b``)."""
+    from race.flops import known_configs
+
+    if Path(spec).exists():
+        return spec
+    bare = spec.rsplit("/", 1)[-1].lower()
+    return next((n for n in known_configs.names() if n.lower() == bare), spec)
+
+
+def _from_flags(args) -> dict:
     from race.flops import analytic as F
 
-    req = {"size": args.size or args.size_option, "rows": args.prompts * args.generations,
-           "prompt_len": args.prompt_len, "completion_len": args.completion_len,
-           "lora": F.LoraSpec(args.lora_rank, F.ALL_PROJECTIONS), "beta": args.beta,
-           "num_iterations": args.iterations, "prm": args.prm}
-    if args.config:
-        from race.study import specs
-        from race.study.config import load_config
+    v = {k: getattr(args, k) if getattr(args, k) is not None else d for k, d in DEFAULTS.items()}
+    targets = (tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+               if args.lora_targets else F.ALL_PROJECTIONS)
+    return {"prompts": v["prompts"], "generations": v["generations"],
+            "num_iterations": v["iterations"], "prompt_len": v["prompt_len"],
+            "completion_len": v["completion_len"], "lora": F.LoraSpec(v["lora_rank"], targets),
+            "beta": v["beta"], "grad_ckpt": args.grad_ckpt, "reward_model": args.prm,
+            "reward_head": "token", "budget": args.budget}
 
-        config = load_config(args.config)
-        if not (args.alloc and req["size"]):
-            raise ValueError("--config needs --size and --alloc")
-        a = specs.allocation(config, args.alloc)
-        reward = config["rewards"][args.reward] if args.reward else {"type": "rule"}
-        req.update(rows=a.rows, completion_len=a.max_completion_length, lora=a.lora,
-                   beta=a.beta, num_iterations=a.num_iterations, prm=reward.get("prm"))
-    if req["size"] is None:
-        raise ValueError("SIZE is required")
-    return req
+
+def _from_config(args) -> dict:
+    from race.study import specs
+    from race.study.config import load_config, max_prompt_tokens
+
+    given = [k for k in SHAPE_FLAGS if getattr(args, k) is not None] + (
+        ["grad_ckpt"] if args.grad_ckpt else [])
+    if given:
+        raise ValueError(f"--config takes the step's shape from the allocation: drop "
+                         f"{', '.join('--' + k.replace('_', '-') for k in given)}")
+    if not args.alloc:
+        raise ValueError("--config needs --alloc (and --size)")
+    config = load_config(args.config)
+    if args.alloc not in config["allocations"]:
+        raise ValueError(f"--alloc {args.alloc!r} is not one of {list(config['allocations'])}")
+    if args.reward is not None and args.reward not in config["rewards"]:
+        raise ValueError(f"--reward {args.reward!r} is not one of {list(config['rewards'])}")
+    a = specs.allocation(config, args.alloc)
+    reward = config["rewards"][args.reward] if args.reward else {"type": "rule"}
+    model = reward.get("prm") or reward.get("orm")
+    if reward["type"] == "rule" or (reward["type"] == "rule+prm" and reward.get("weight") == 0):
+        if args.prm:
+            raise ValueError(f"--prm: reward {args.reward or 'rule'!r} runs no reward model "
+                             "(name one with --reward)")
+        model = None  # a rule verifier, or a rule+prm reward that never runs its PRM
+    elif args.prm:
+        model = args.prm  # an architecture standing in for the reward's model
+    prompt_len = args.prompt_len or max_prompt_tokens(config["task"])
+    if prompt_len is None:
+        raise ValueError(f"task.kind {config['task']['kind']!r}: prompt lengths are known only "
+                         "once the data is built; give --prompt-len")
+    return {"prompts": a.prompts_per_step, "generations": a.num_generations,
+            "num_iterations": a.num_iterations, "prompt_len": prompt_len,
+            "completion_len": a.max_completion_length, "lora": a.lora, "beta": a.beta,
+            "grad_ckpt": config["training"]["gradient_checkpointing"], "reward_model": model,
+            "reward_head": "sequence" if reward["type"] == "orm" else "token",
+            "budget": args.budget or float(config["budgets"][-1])}
+
+
+def _request(args) -> dict:
+    """Size, shapes, LoRA, beta, reward model and budget from the flags or the study config."""
+    size = args.size or args.size_option
+    if size is None:
+        raise ValueError("SIZE (or --size) is required")
+    req = _from_config(args) if args.config else _from_flags(args)
+    if req["budget"] is None:
+        raise ValueError("--budget is required (model FLOPs, e.g. 1e18)")
+    for name in ("prompts", "num_iterations", "prompt_len", "completion_len"):
+        if req[name] < 1:
+            raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {req[name]}")
+    if req["generations"] < 2:
+        raise ValueError("generations must be >= 2 (GRPO compares completions in a group)")
+    if args.mean_completion is not None and not 1 <= args.mean_completion <= \
+            req["completion_len"]:
+        raise ValueError(f"--mean-completion must be in [1, {req['completion_len']}]")
+    return {"size": _size(size), "rows": req["prompts"] * req["generations"], **req}
+
+
+def _header(req: dict, arch, head: str) -> str:
+    lora = req["lora"]
+    reward = (f"{'ORM' if req['reward_head'] == 'sequence' else 'PRM'} {req['reward_model']}"
+              if req["reward_model"] else "rule verifier (0 FLOPs)")
+    return (f"{req['size']} ({arch.params():,} parameters): {req['rows']} rows "
+            f"({req['prompts']} prompts x {req['generations']} completions) x "
+            f"({req['prompt_len']} prompt + {req['completion_len']} completion) tokens, "
+            f"{req['num_iterations']} update(s) per generation batch, LoRA rank {lora.rank} on "
+            f"{len(lora.targets)} projection(s), beta {req['beta']:g}"
+            f"{', gradient checkpointing' if req['grad_ckpt'] else ''}, reward {reward}, LM head "
+            f"at {head} positions\n"
+            "model FLOPs: real tokens, causal attention, the LoRA policy's forward + backward "
+            "(frozen base); a run stops before a step that could overrun the budget")
 
 
 def run(args) -> int:
     from race.flops.analytic import resolve_arch
     from race.flops.plan import format_plan, plan, step_cost
+    from race.study.cells import ConfigError
 
     try:
         req = _request(args)
         arch = resolve_arch(req["size"])
-        reward_arch = resolve_arch(req["prm"]) if req["prm"] else None
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, FileNotFoundError, ConfigError) as exc:
         print(f"race plan: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        reward_arch = resolve_arch(_size(req["reward_model"])) if req["reward_model"] else None
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        print(f"race plan: error: the reward model: {exc}; --prm ARCH stands in for it",
+              file=sys.stderr)
         return 2
     shapes = {"rows": req["rows"], "prompt_len": req["prompt_len"], "lora": req["lora"],
               "beta": req["beta"], "num_iterations": req["num_iterations"],
-              "reward_arch": reward_arch, "head_all_positions": args.head == "all"}
-    cases = {"worst case": req["completion_len"]}
+              "reward_arch": reward_arch, "reward_head": req["reward_head"],
+              "grad_ckpt": req["grad_ckpt"], "head_all_positions": args.head == "all"}
+    worst = step_cost(arch, completion_len=req["completion_len"], **shapes)
+    cases = {f"worst case (every completion at the {req['completion_len']}-token cap: what "
+             "the budget stop reserves, so the fewest steps)": plan(
+                 worst, req["budget"], req["rows"], args.flops_per_second)}
     if args.mean_completion:
-        cases[f"typical ({args.mean_completion}-token completions)"] = args.mean_completion
-    results = {case: plan(step_cost(arch, completion_len=length, **shapes), args.budget,
-                          req["rows"], args.flops_per_second)
-               for case, length in cases.items()}
+        typical = step_cost(arch, completion_len=args.mean_completion, **shapes)
+        cases[f"typical case (ASSUMED: every completion {args.mean_completion} tokens; the stop "
+              "still reserves the worst case)"] = plan(
+            typical, req["budget"], req["rows"], args.flops_per_second, bound=worst)
     if args.json:
-        print(json.dumps({"size": req["size"], "params": arch.params(), **results}))
+        print(json.dumps({"size": req["size"], "params": arch.params(), "rows": req["rows"],
+                          "prompt_len": req["prompt_len"],
+                          "completion_len": req["completion_len"],
+                          "num_iterations": req["num_iterations"],
+                          "reward_model": req["reward_model"], "head": args.head,
+                          "worst": cases[next(iter(cases))],
+                          "typical": next(iter(list(cases.values())[1:]), None)}))
         return 0
-    print(f"{req['size']} ({arch.params():,} parameters), {req['rows']} rows x "
-          f"({req['prompt_len']} + {req['completion_len']}) tokens, {req['num_iterations']} "
-          f"update(s) per batch, reward {'PRM ' + req['prm'] if req['prm'] else 'rule (0)'}, "
-          f"LM head at {args.head} positions")
-    for case, result in results.items():
-        print(format_plan(result, case))
+    print(_header(req, arch, args.head))
+    for label, result in cases.items():
+        print(format_plan(result, label))
     return 0

@@ -4,23 +4,34 @@ and what a study costs by stage (``race plan``, ``race check-config``).
 Conventions (those of the trainer's meter, race.flops.meter.StepMeter, and of the budget stop
 in race.grpo.run):
 
-* Model FLOPs: real tokens, causal attention, the LoRA policy's forward + backward (frozen
-  base: activation gradients only), the reference model's forward when ``beta > 0``.
-* Worst case: every row at the given prompt length and every completion at the cap -- the
-  bound the trainer's budget stop uses, so the steps printed are the fewest a budget buys.
-  With ``mean_completion`` the typical case is printed beside it (every completion that long).
+* Units: model FLOPs (race.flops.analytic: matmuls, 2 per multiply-add) -- real tokens, causal
+  attention, the LoRA policy's forward + backward (frozen base: activation gradients only;
+  gradient-checkpoint recompute when on), the reference model's forward when ``beta > 0``,
+  the old-policy log-prob forward when ``num_iterations > 1``. Padding (executed FLOPs),
+  norms, activations and the optimizer are not counted.
+* Worst case: every row at the given (longest) prompt length and every completion at the cap --
+  the bound the trainer's budget stop reserves before a generation step, so the steps printed
+  are the fewest a budget buys. With ``mean_completion`` a typical case is printed beside it:
+  every completion that long (an assumption), the stop still reserving the worst case.
 * A step is one optimizer update. Every ``num_iterations``-th step generates (rollout +
-  reward); the others retrain on the buffered batch (learning only).
-* The budget stop: step k+1 runs only if ``total_k + cost_{k+1} <= budget``.
-* Reward: a rule verifier costs 0; a PRM (``reward_arch``) scores each row's prompt +
-  completion once with a token-classification head, assuming it shares the policy's
-  tokenizer (no re-tokenisation or chat template).
+  reward + learning); the others retrain on the buffered batch (learning only).
+* The budget stop: step k+1 runs only if ``total_k + bound_{k+1} <= budget``, the bound of a
+  generation step being the worst case and that of a reuse step its exact cost. When every
+  step costs its bound, that is ``steps = floor(budget / step)`` (``num_iterations == 1``).
+* Reward: a rule verifier costs 0; a PRM (``reward_arch``, token-classification head) scores
+  each row's prompt + completion + the one separator it may append, an ORM (``reward_head=
+  "sequence"``) its prompt + completion -- the bound of race.feedback.models for a feedback
+  model sharing the policy's tokenizer (no re-tokenisation, no chat template).
+* LM head: at every position of the learning forward (``head_all_positions``: TRL's plain
+  path, what the CPU trainer charges, the larger count) or at the completion positions only
+  (TRL's fused head on a GPU with Triton).
 * Time: model FLOPs / an assumed sustained FLOP/s -- an assumption stated by the caller, not a
   measurement (on a GPU, generation runs far below peak: docs/design.md §8).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from race.flops import analytic as F
@@ -48,38 +59,52 @@ class StepCost:
 
 def step_cost(arch: F.Arch, *, rows: int, prompt_len: int, completion_len: int,
               lora: F.LoraSpec | None, beta: float = 0.0, num_iterations: int = 1,
-              reward_arch: F.Arch | None = None, head_all_positions: bool = True) -> StepCost:
-    """Per-phase model FLOPs of a step with every row at ``prompt_len + completion_len``.
-    ``head_all_positions``: the LM head's logits at every position of the learning forward
-    (TRL's plain path, what the CPU trainer charges) or at the completion positions only (the
-    fused head on a GPU with Triton; race.grpo.trainer.fused_head_is_compact)."""
+              reward_arch: F.Arch | None = None, reward_head: str = "token",
+              grad_ckpt: bool = False, head_all_positions: bool = True) -> StepCost:
+    """Per-phase model FLOPs of a step with every row at ``prompt_len + completion_len``,
+    through the trainer's meter (:class:`StepMeter`, :meth:`BatchShapes.worst_case`)."""
     meter = StepMeter(arch, lora, beta=beta, num_iterations=num_iterations,
-                      head_all_positions=head_all_positions)
+                      grad_ckpt=grad_ckpt, head_all_positions=head_all_positions)
     shapes = BatchShapes.worst_case(rows, prompt_len, completion_len)
-    reward = 0 if reward_arch is None else rows * F.reward_model_flops(
-        reward_arch, prompt_len + completion_len)
+    reward = 0
+    if reward_arch is not None:
+        separator = 1 if reward_head == "token" else 0
+        reward = rows * F.reward_model_flops(reward_arch, prompt_len + completion_len + separator,
+                                             head=reward_head)
     reuse = meter.learning(shapes, False).model if num_iterations > 1 else 0
     return StepCost(meter.rollout(shapes).model, reward, meter.learning(shapes, True).model,
                     reuse, num_iterations)
 
 
-def steps_within(cost: StepCost, budget: float) -> dict:
-    """Steps, updates, generation steps and model FLOPs of a run stopped by the budget rule."""
-    cycles = int(budget // cost.cycle) if cost.cycle else 0
-    total, steps, generations = cycles * cost.cycle, cycles * cost.num_iterations, cycles
-    for k in range(cost.num_iterations):  # the last, partial cycle
-        next_cost = cost.generation_step if k == 0 else cost.reuse_learning
-        if total + next_cost > budget:
+def steps_within(cost: StepCost, budget: float, bound: StepCost | None = None) -> dict:
+    """Steps, updates, generation steps and model FLOPs of a run stopped by the budget rule:
+    steps cost ``cost``; a generation step runs only if its ``bound`` (default ``cost``: every
+    step is the worst case) still fits, a reuse step only if its exact cost does. Integer
+    arithmetic (FLOPs are integers, so ``total <= budget`` iff ``total <= floor(budget)``)."""
+    limit = math.floor(budget)
+    reserve = (bound or cost).generation_step  # what the stop sets aside for a generation step
+    cycle = cost.cycle
+    # Cycle j (0-based) runs whole iff j * cycle + max(reserve, cycle) <= limit: all of them
+    # at once, then the last, partial cycle step by step (fewer than num_iterations + 1 steps).
+    need = max(reserve, cycle)
+    cycles = (limit - need) // cycle + 1 if cycle and limit >= need else 0
+    total, steps, generations = cycles * cycle, cycles * cost.num_iterations, cycles
+    while True:
+        generating = steps % cost.num_iterations == 0
+        held = reserve if generating else cost.reuse_learning
+        if not held or total + held > limit:
             break
-        total, steps, generations = total + next_cost, steps + 1, generations + (k == 0)
+        total += cost.generation_step if generating else cost.reuse_learning
+        steps, generations = steps + 1, generations + generating
     return {"steps": steps, "updates": steps, "generation_steps": generations,
             "model_flops": total}
 
 
-def plan(cost: StepCost, budget: float, rows: int, flops_per_second: float | None = None) -> dict:
-    """What ``budget`` buys at ``cost``: the run's steps and phases, and time if a throughput
-    is assumed."""
-    bought = steps_within(cost, budget)
+def plan(cost: StepCost, budget: float, rows: int, flops_per_second: float | None = None,
+         bound: StepCost | None = None) -> dict:
+    """What ``budget`` buys at ``cost`` (the stop reserving ``bound``, default ``cost``): the
+    run's steps and phases, and its time if a throughput is assumed."""
+    bought = steps_within(cost, budget, bound)
     gens = bought["generation_steps"]
     reuse = bought["steps"] - gens
     phases = {"rollout": gens * cost.rollout, "reward": gens * cost.reward,
@@ -93,6 +118,7 @@ def plan(cost: StepCost, budget: float, rows: int, flops_per_second: float | Non
 
 
 def format_plan(result: dict, label: str) -> str:
+    """A :func:`plan` result as lines of text, under ``label``."""
     s = result["step"]
     lines = [f"{label}: budget {result['budget']:.4g} model FLOPs",
              f"  one generation step: rollout {s['rollout']:.4g} + reward {s['reward']:.4g} + "
@@ -106,32 +132,62 @@ def format_plan(result: dict, label: str) -> str:
               "  split: " + ", ".join(f"{p} {v / total:.1%}"
                                      for p, v in result["phases"].items())]
     if "hours" in result:
-        lines.append(f"  time at an assumed {result['assumed_flops_per_second']:.3g} FLOP/s: "
-                     f"{result['hours']:.3g} h")
+        lines.append(f"  time at an ASSUMED {result['assumed_flops_per_second']:.4g} model "
+                     f"FLOP/s (not a measurement): {result['hours']:.3g} h")
     return "\n".join(lines)
 
 
 def study_plan(config: dict) -> dict:
     """A study's planned training model FLOPs by stage, each run charged its budget (an upper
-    bound: a run stops within one step of it): the pilot (first seed, up to the largest pilot
-    rung: a prefix of the grid's runs), the full grid (every cell to its top rung, once: the
-    nested rungs cost nothing more), the validation runs at most (per reward, the top-k per
-    RACE target plus the baseline allocation at every size, for each validation seed the grid
-    does not run), and what the nested rungs save against one run per rung."""
+    bound: a run stops within one step below it; evaluation, base policies and PRMs are not
+    counted):
+
+    * ``pilot``: the first seed's grid cells up to the largest pilot rung (a prefix of those
+      grid runs, so part of ``full_grid``, not on top of it);
+    * ``full_grid``: every grid cell to its top rung, once (the nested rungs are snapshots of
+      that one run: they cost nothing more);
+    * ``validation_at_most``: the RACE validation runs at ``race.validation_budget`` -- per
+      reward at most ``top_k`` per ranked target plus the baseline allocation at every size
+      (capped by sizes x allocations), for each validation seed the grid does not run (the
+      selection is known only after the pilot, hence the bound);
+    * ``nested_rungs_save``: separate runs to every rung (``one_run_per_rung``) minus
+      ``full_grid``.
+    """
     from race.study import cells as C
 
     cells = C.grid_cells(config)
     budgets = [float(b) for b in config["budgets"]]
     race = config["race"]
-    first = sum(c.seed == config["seeds"][0] for c in cells)
+    first = sum(c.seed == config["seeds"][0] for c in cells) if race["enabled"] else 0
     per_reward = min(race["top_k"] * max(1, len(race.get("targets") or [None]))
                      + len(config["sizes"]), len(config["sizes"]) * len(config["allocations"]))
     extra = [s for s in race["validation_seeds"] if s not in config["seeds"]]
-    validation = (len(config["rewards"]) * per_reward * len(extra) * C.validation_budget(config)
-                  if race["enabled"] else 0.0)
+    runs = len(config["rewards"]) * per_reward * len(extra) if race["enabled"] else 0
+    validation = runs * C.validation_budget(config)
     full = len(cells) * budgets[-1]
     separate = len(cells) * sum(budgets)
-    return {"cells": len(cells), "pilot": first * max(C.pilot_rungs(config)) if race["enabled"]
-            else 0.0, "full_grid": full, "validation_at_most": validation,
-            "total_at_most": full + validation, "one_run_per_rung": separate,
-            "nested_rungs_save": separate - full}
+    return {"cells": len(cells), "top_rung": budgets[-1], "pilot_runs": first,
+            "pilot_rung": max(float(b) for b in C.pilot_rungs(config)),
+            "pilot": first * max(float(b) for b in C.pilot_rungs(config)),
+            "full_grid": full, "validation_runs_at_most": runs,
+            "validation_budget": C.validation_budget(config),
+            "validation_at_most": validation, "total_at_most": full + validation,
+            "one_run_per_rung": separate, "nested_rungs_save": separate - full}
+
+
+def format_study_plan(p: dict) -> str:
+    """:func:`study_plan` as lines of text."""
+    return "\n".join([
+        "planned training model FLOPs (each run charged its budget; evaluation, base policies "
+        "and PRMs not counted):",
+        f"  pilot              {p['pilot']:.3g}  ({p['pilot_runs']} first-seed runs to the "
+        f"largest pilot rung {p['pilot_rung']:.3g}; part of the full grid)",
+        f"  full grid          {p['full_grid']:.3g}  ({p['cells']} runs to the top rung "
+        f"{p['top_rung']:.3g})",
+        f"  validation         <= {p['validation_at_most']:.3g}  (<= "
+        f"{p['validation_runs_at_most']} runs at {p['validation_budget']:.3g}, seeds the grid "
+        "does not run)",
+        f"  total              <= {p['total_at_most']:.3g}",
+        f"  nested rungs save  {p['nested_rungs_save']:.3g}  (one run per cell and rung would "
+        f"cost {p['one_run_per_rung']:.3g})",
+    ])

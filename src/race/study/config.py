@@ -1,17 +1,21 @@
 """The study config: the one reader, validation, and the checks the schema cannot express.
 
-:func:`load_config` reads YAML (rejecting duplicate keys, which plain YAML silently overwrites),
-validates it against the package's ``config.schema.yaml`` (filling defaults: the schema is the
-single source of defaults), then runs the cross-field checks of :func:`check_config`. Every
-error is a :class:`ConfigError` whose message starts with the offending key, raised before
-anything is written under ``results/``. The grid and its paths are :mod:`race.study.cells`; the
-jobs built from config + cell are :mod:`race.study.jobs`.
+:func:`load_config` reads YAML (rejecting duplicate keys, which plain YAML silently overwrites;
+reading ``1e18`` as a number, as YAML 1.2 does and YAML 1.1 does not), fixes the numbers a YAML
+1.1 reader left as strings and checks the FLOP-valued keys (:func:`coerce_numbers`, which the
+Snakefile runs too, on the config Snakemake read), validates it against the package's
+``config.schema.yaml`` (filling defaults: the schema is the single source of defaults), then
+runs the cross-field checks of :func:`check_config`. Every error is a :class:`ConfigError`
+whose message starts with the offending key, raised before anything is written under
+``results/``. The grid and its paths are :mod:`race.study.cells`; the jobs built from config +
+cell are :mod:`race.study.jobs`.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from pathlib import Path
 
@@ -20,7 +24,7 @@ import yaml
 from race.data.teacher import TeacherSpec
 from race.policy.ladder import LADDER_DIALS
 from race.study.cells import ConfigError, cell_key, is_ladder
-from race.study.schema import SCHEMA
+from race.study.schema import SCHEMA, schema
 from race.study.specs import SEARCH_TARGETS, TARGETS, allocation
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -29,8 +33,18 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 # --------------------------------------------------------------------------- loading
 
 
+#: A YAML 1.2 float that YAML 1.1 (PyYAML, and Snakemake's ``--configfile`` reader) reads as
+#: a string: scientific notation without a dot or without a sign in the exponent, as people
+#: write FLOP counts (``1e18``, ``2E10``, ``1.5e9``, ``-3e4``, ``1e-4``). YAML 1.1 reads only
+#: ``1.0e+18``.
+SCIENTIFIC = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
+#: Config keys (dotted; a list by its name) holding model FLOPs: each value must be a positive
+#: number (the schema's ``budgets`` description: "in model FLOPs").
+FLOP_KEYS = ("budgets", "race.pilot_rungs", "race.validation_budget")
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    pass
+    """Safe YAML without duplicate keys, reading :data:`SCIENTIFIC` as floats (YAML 1.2)."""
 
 
 def _construct_mapping(loader, node, deep=False):
@@ -46,37 +60,66 @@ def _construct_mapping(loader, node, deep=False):
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
                                  _construct_mapping)
+# Tried after YAML 1.1's own resolvers (so 1.0e+18 and 12 keep their 1.1 meaning); the subclass
+# gets its own copy of the resolver table (yaml.SafeLoader is left as is).
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", SCIENTIFIC,
+                                       list("-+0123456789."))
 
 
-#: YAML 1.1 (PyYAML, and Snakemake's --configfile reader) reads ``2e10`` as a string; YAML 1.2
-#: and researchers read it as a number. Scientific notation without a dot or sign in the
-#: exponent, as people write FLOP counts.
-_SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-#: config keys (dotted, lists by name) holding model FLOPs
-FLOP_KEYS = ("budgets", "race.pilot_rungs", "race.validation_budget")
+def _schema_node(node: dict | None, root: dict) -> dict:
+    while node and "$ref" in node:  # "#/$defs/name"
+        target = root
+        for part in node["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        node = target
+    return node or {}
 
 
-def _number(text: str):
-    value = float(text)
-    return int(value) if value.is_integer() and abs(value) < 2**63 else value
+def _types(node: dict) -> set[str]:
+    kind = node.get("type", ())
+    return {kind} if isinstance(kind, str) else set(kind)
+
+
+def _coerce(value, node: dict, root: dict):
+    """``value`` with the numbers of a YAML 1.1 reader fixed where the schema wants one."""
+    node = _schema_node(node, root)
+    if isinstance(value, dict):
+        extra = node.get("additionalProperties")
+        for key, item in value.items():
+            sub = node.get("properties", {}).get(key, extra if isinstance(extra, dict) else None)
+            value[key] = _coerce(item, sub, root)
+        return value
+    if isinstance(value, list):
+        value[:] = [_coerce(item, node.get("items"), root) for item in value]
+        return value
+    types = _types(node)
+    if "string" in types or not types & {"number", "integer"}:
+        return value
+    if isinstance(value, str) and SCIENTIFIC.match(value.strip()):
+        value = float(value.strip())
+    if "integer" in types and isinstance(value, float) and value.is_integer():
+        return int(value)  # 1e3 steps: an int, as the code that counts them expects
+    return value
+
+
+def _flops_text(value) -> str:
+    return f"{value:.6g}" if isinstance(value, int | float) and not isinstance(value, bool) \
+        else repr(value)
 
 
 def coerce_numbers(config: dict) -> dict:
-    """Read ``1e18``-style strings as numbers everywhere in ``config`` (in place; returned),
-    then check that every FLOP-valued key (:data:`FLOP_KEYS`) holds positive numbers, naming
-    the key otherwise. Runs before schema validation, on the YAML this module reads and on the
-    config Snakemake read with its own loader."""
-    def walk(node):
-        if isinstance(node, dict):
-            for k, v in node.items():
-                node[k] = walk(v)
-        elif isinstance(node, list):
-            node[:] = [walk(v) for v in node]
-        elif isinstance(node, str) and _SCIENTIFIC.match(node.strip()):
-            return _number(node.strip())
-        return node
+    """Numbers as a researcher writes them, on a config read by any YAML loader (in place;
+    returned): the one step before schema validation, both in :func:`load_config` and in the
+    Snakefile (whose ``config`` Snakemake read with YAML 1.1).
 
-    walk(config)
+    Where the schema wants a number, a string in :data:`SCIENTIFIC` form (``2e10``: what YAML
+    1.1 leaves a string) becomes a float; where it wants an integer, an integral float becomes
+    an int (``steps: 1e3``). Strings where the schema wants a string are left alone (a quoted
+    ``study: "1e3"`` stays a name). Then every FLOP-valued key (:data:`FLOP_KEYS`) must hold
+    positive finite numbers: anything else is a :class:`ConfigError` naming the key, e.g.
+    ``budgets[1]: 'abc' is not a positive number of FLOPs``."""
+    root = schema()
+    _coerce(config, root, root)
     for dotted in FLOP_KEYS:
         section, _, key = dotted.rpartition(".")
         holder = config.get(section) if section else config
@@ -85,10 +128,10 @@ def coerce_numbers(config: dict) -> dict:
         value = holder[key]
         items = enumerate(value) if isinstance(value, list) else [(None, value)]
         for i, v in items:
-            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
                 where = dotted if i is None else f"{dotted}[{i}]"
-                raise ConfigError(f"{where}: {v!r} is not a positive number of FLOPs "
-                                  "(write e.g. 1e18 or 2.5e10)")
+                raise ConfigError(f"{where}: {_flops_text(v)} is not a positive number of FLOPs "
+                                  "(model FLOPs, e.g. 1e18 or 2.5e10)")
     return config
 
 
@@ -159,7 +202,7 @@ def _unique(items: list, key: str) -> None:
         seen.add(item)
 
 
-def _max_prompt_tokens(task: dict) -> int | None:
+def max_prompt_tokens(task: dict) -> int | None:
     """Longest training prompt in characters (= tokens of the char tokenizer): the start
     value, then ``max_steps`` operations, then ``=?\n``."""
     if task["kind"] != "arithmetic":
@@ -188,7 +231,7 @@ def smallest_step_check(config: dict) -> None:
     from race.flops import analytic as flops
     from race.flops.meter import BatchShapes, StepMeter
 
-    max_prompt = _max_prompt_tokens(config["task"])
+    max_prompt = max_prompt_tokens(config["task"])
     if max_prompt is None:
         return  # prompt lengths are known only once the data is built; race train checks
     first = float(config["budgets"][0])
