@@ -295,11 +295,43 @@ def test_evaluate_schema_and_sharing(root, tmp_path):
     assert maj["flops"]["model"] < bon["flops_parts"]["generation"]["model"]
     charged, ran = payload["charged_total"], payload["executed_total"]
     assert charged["model"] == sum(r["flops"]["model"] for r in payload["targets"].values())
-    assert ran["model"] == charged["model"] - maj["flops"]["model"]  # the pool ran once
+    # native_reward (4 prompts x 2) is the head of sampled_pass1's pool (5 x 3): each pool ran
+    # once, while every target is charged its own samples.
+    native = payload["targets"]["native_reward"]
+    assert 0 < native["flops"]["model"] < payload["targets"]["sampled_pass1"]["flops"]["model"]
+    assert ran["model"] == charged["model"] - maj["flops"]["model"] - native["flops"]["model"]
     # Without sharing every target's ledger is what it ran.
     alone = evaluate(root / "base", root / "data", None, replace(SMALL, share_samples=False),
                      reward={"type": "rule"}, prm=FakePRM())
     assert alone["charged_total"] == alone["executed_total"]
+
+
+def test_native_reward_scores_the_head_of_the_sampled_pool(root):
+    """With sharing, native_reward's completions are sampled_pass1's first native_samples of its
+    first native_prompts prompts, charged as if generated alone; without it, a pool of its own."""
+    from race.data.task import load_jsonl
+    from race.feedback.rewards import build_reward
+
+    snap = load_snapshot(root / "base")
+    records = load_jsonl(root / "data" / "eval_in.jsonl")
+    spec = replace(SMALL, targets=("sampled_pass1", "native_reward"))
+    seen = []
+
+    def reward(prompts, completions, answer, **_):
+        seen.append(list(completions))
+        return build_reward({"type": "rule"})(prompts=prompts, completions=completions,
+                                              answer=answer)
+
+    shared = Evaluator(snap, records, [], spec, reward=reward)
+    result = shared.run()["native_reward"]
+    pool = shared._sampled_pool
+    assert seen[0] == [t for texts in pool.texts[:4] for t in texts[:2]]
+    assert result.generation == rebatched_flops(snap.arch, pool.prefix_rows(2, 4),
+                                                spec.batch_size)
+    assert shared.executed_total == batch_flops(snap.arch, pool.batches)  # one pool ran
+    alone = Evaluator(snap, records, [], replace(spec, share_samples=False), reward=reward)
+    alone.run()
+    assert alone.executed_total.model > shared.executed_total.model  # a second pool ran
 
 
 def test_sampled_pass1_is_mean_at_k_with_its_diagnostics(root):
@@ -322,6 +354,7 @@ def test_sampled_pass1_is_mean_at_k_with_its_diagnostics(root):
     assert result.details["pass@3"] == pytest.approx(
         sum("correct" in k for k in kinds) / 5)
     assert result.details["temperature"] == 0.7 and result.details["samples_per_prompt"] == 3
+    assert result.details["correct_per_prompt"] == [k.count("correct") for k in kinds]
     flat = [k for group in kinds for k in group]
     assert result.details["failures"] == {f: flat.count(f) / 15 for f in FAILURES}
     assert result.details["format_valid"] == pytest.approx(1 - flat.count("format") / 15)
@@ -337,8 +370,31 @@ def test_pool_rebatching_model_flops(root):
                                  salt=1)
     real = batch_flops(snap.arch, pool.batches)
     again = rebatched_flops(snap.arch, pool.prefix_rows(3), SMALL.batch_size)
-    assert again.model == real.model and again.tokens == real.tokens
+    assert again == real  # rebatched as generate batched them: executed FLOPs too
     assert again.executed >= again.model
+
+
+def test_generate_batches_by_prompt_length_and_answers_in_order(root):
+    """Rows run sorted by prompt length (each batch's prompts no longer than the next batch's),
+    texts and rows come back in the caller's order, and a prompt's greedy completion does not
+    depend on which prompts share its batch."""
+    from race.data.task import load_jsonl
+    from race.policy.generation import generate
+
+    snap = load_snapshot(root / "base")
+    prompts = [r.prompt for r in load_jsonl(root / "data" / "eval_in.jsonl")[:10]]
+    lengths = [len(snap.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    assert len(set(lengths)) > 1  # the test needs prompts of several lengths
+    gens = generate(snap.model, snap.tokenizer, prompts, max_new_tokens=10, batch_size=3,
+                    num_return_sequences=2)
+    assert [p for p, _ in gens.rows] == [n for n in lengths for _ in range(2)]
+    ran = [p for b in gens.batches for p in b.prompt_lens]
+    assert ran == sorted(ran)
+    assert sorted(gens.rows) == sorted(r for b in gens.batches
+                                       for r in zip(b.prompt_lens, b.completion_lens, strict=True))
+    for i, prompt in enumerate(prompts):
+        alone = generate(snap.model, snap.tokenizer, [prompt], max_new_tokens=10)
+        assert gens.texts[2 * i] == gens.texts[2 * i + 1] == alone.texts[0]
 
 
 def test_missing_prm_and_reward_are_skipped(root):

@@ -41,7 +41,9 @@ the rule verifier costs 0.
   ``2·r·(d_in + d_out)`` per token per adapted module.
 * Each target's ledger is the compute that target needs by itself. With ``share_samples``
   (default) maj@k and best-of-n draw ONE pool of ``max(k, bon_n)`` samples per prompt and use
-  its first ``k`` / ``bon_n``; a target that uses only a prefix is charged the generation of
+  its first ``k`` / ``bon_n``, and native_reward uses the head of sampled_pass1's pool (its
+  first ``native_prompts`` prompts x ``native_samples``: both sample at the training
+  temperature); a target that uses only a prefix is charged the generation of
   its own samples batched on their own (model FLOPs exact per row; executed FLOPs of batches of
   ``batch_size`` of those rows, each at its longest prompt and completion). What the job
   really ran -- the pool once -- is reported once in ``executed_total``; ``charged_total`` is
@@ -158,10 +160,12 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
 
 def _sharing_note(spec: EvalSpec) -> str:
     if not spec.share_samples:
-        return "maj_k and prm_bon draw their own samples; each ledger is what it ran"
-    return ("maj_k and prm_bon share one pool of max(k, bon_n) samples per prompt; each target "
-            "is charged the generation of its own first k / bon_n samples as if run alone "
-            "(plus PRM scoring for prm_bon); executed_total counts the pool once")
+        return ("maj_k, prm_bon and native_reward draw their own samples; each ledger is what "
+                "it ran")
+    return ("maj_k and prm_bon share one pool of max(k, bon_n) samples per prompt, and "
+            "native_reward uses the head of sampled_pass1's pool; each target is charged the "
+            "generation of its own samples as if run alone (plus scoring for prm_bon and "
+            "native_reward); executed_total counts each pool once")
 
 
 def run_evaluation(job):

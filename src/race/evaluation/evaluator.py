@@ -33,6 +33,7 @@ from race.evaluation.metrics import (
 from race.evaluation.snapshot import Snapshot
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
+from race.policy.generation import length_order
 from race.study.specs import EvalSpec
 
 #: Seed salts: each sampled draw has its own random stream (see race.evaluation.evaluate).
@@ -114,13 +115,15 @@ def rebatched_flops(arch: flops.Arch, rows: Sequence[tuple[int, int]], batch_siz
                     lora: flops.LoraSpec | None = None) -> PhaseFlops:
     """Generation FLOPs of ``rows`` = (prompt_len, completion_len) generated on their own.
 
-    Rows are batched in order, ``batch_size`` at a time, each batch left-padded to its longest
-    prompt and decoding until its longest completion (what ``generate`` would run for these
-    lengths). Model FLOPs do not depend on the batching.
+    Rows are batched as ``generate`` batches them (sorted by prompt length, ties in row order,
+    ``batch_size`` at a time), each batch left-padded to its longest prompt and decoding until
+    its longest completion (what ``generate`` would run for these lengths). Model FLOPs do not
+    depend on the batching.
     """
+    ordered = [rows[i] for i in length_order([p for p, _ in rows])]
     batches = []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
+    for start in range(0, len(ordered), batch_size):
+        chunk = ordered[start:start + batch_size]
         prompts, completions = [p for p, _ in chunk], [g for _, g in chunk]
         batches.append(_Shapes(prompts, completions, max(prompts), max(completions)))
     return batch_flops(arch, batches, lora)
@@ -174,8 +177,14 @@ class SamplePool:
     batches: list  # race.policy.generation.GenerationBatch
     wall_s: float
 
-    def prefix_rows(self, m: int) -> list[tuple[int, int]]:
-        return [r for group in self.rows for r in group[:m]]
+    def prefix_rows(self, m: int, n_prompts: int | None = None) -> list[tuple[int, int]]:
+        return [r for group in self.rows[:n_prompts] for r in group[:m]]
+
+    def head(self, n_prompts: int, m: int) -> SamplePool:
+        """The first ``m`` samples of the first ``n_prompts`` prompts (``batches`` stay the
+        whole pool's: they are what ran)."""
+        return SamplePool(self.records[:n_prompts], m, [t[:m] for t in self.texts[:n_prompts]],
+                          [r[:m] for r in self.rows[:n_prompts]], self.batches, self.wall_s)
 
 
 class Evaluator:
@@ -190,6 +199,7 @@ class Evaluator:
         self.prm, self.reward = prm, reward
         self.is_correct, self.answer_key = verifier(spec.verifier)
         self.executed_total = ZERO  # what really ran (a shared pool counted once)
+        self._sampled_pool: SamplePool | None = None  # sampled_pass1's, shared by native_reward
 
     # ------------------------------------------------------------------ plumbing
     def _generate(self, prompts: list[str], *, max_new_tokens: int, samples: int = 1,
@@ -211,21 +221,20 @@ class Evaluator:
         t0 = time.perf_counter()
         gens = self._generate([r.prompt for r in records], max_new_tokens=max_new_tokens,
                               samples=per_prompt, temperature=temperature, salt=salt)
-        flat = [(p, g) for b in gens.batches
-                for p, g in zip(b.prompt_lens, b.completion_lens, strict=True)]
         m = per_prompt
         pool = SamplePool(records, m, [gens.texts[i * m:(i + 1) * m] for i in range(len(records))],
-                          [flat[i * m:(i + 1) * m] for i in range(len(records))], gens.batches,
-                          time.perf_counter() - t0)
+                          [gens.rows[i * m:(i + 1) * m] for i in range(len(records))],
+                          gens.batches, time.perf_counter() - t0)
         self._charge(batch_flops(self.snap.arch, gens.batches, self.snap.lora))
         return pool
 
-    def pool_flops(self, pool: SamplePool, m: int) -> PhaseFlops:
-        """The generation a target using the first ``m`` samples per prompt needs alone."""
-        if m == pool.per_prompt:
+    def pool_flops(self, pool: SamplePool, m: int, n_prompts: int | None = None) -> PhaseFlops:
+        """The generation a target using the first ``m`` samples of the first ``n_prompts``
+        prompts (None: all) needs alone."""
+        if m == pool.per_prompt and n_prompts in (None, len(pool.records)):
             return batch_flops(self.snap.arch, pool.batches, self.snap.lora)
-        return rebatched_flops(self.snap.arch, pool.prefix_rows(m), self.spec.batch_size,
-                               self.snap.lora)
+        return rebatched_flops(self.snap.arch, pool.prefix_rows(m, n_prompts),
+                               self.spec.batch_size, self.snap.lora)
 
     # ------------------------------------------------------------------ targets
     def pass1(self, records: list[Record], max_new_tokens: int) -> TargetResult:
@@ -288,10 +297,12 @@ class Evaluator:
         prompts: the accuracy the policy's own samples reach (what GRPO optimises), resolved
         to a few points by k samples per prompt. Its interval is the cluster bootstrap over
         prompts. Details: pass@k (unbiased) from the same samples, the share of samples with a
-        well-formed answer line, and (arithmetic task) the share per failure kind."""
+        well-formed answer line, the correct samples per prompt, and (arithmetic task) the share
+        per failure kind."""
         s = self.spec
         k = s.sampled_k
         records, pool = self._training_pool(s.sampled_prompts, k, "sampled_pass1")
+        self._sampled_pool = pool
         t0 = time.perf_counter()
         groups = [[float(self.is_correct(t, r.answer)) for t in texts]
                   for r, texts in zip(records, pool.texts, strict=True)]
@@ -302,6 +313,9 @@ class Evaluator:
             "max_new_tokens": s.max_new_tokens,
             f"pass@{k}": mean([pass_at_k(k, int(sum(g)), k) for g in groups]),
             "format_valid": mean([self.answer_key(t) is not None for t in texts]),
+            # Correct samples per prompt, in eval-in order: what a paired comparison of two
+            # policies on the same prompts needs (race.analysis.paired).
+            "correct_per_prompt": [int(sum(g)) for g in groups],
         }
         if all(is_arithmetic(r) for r in records):
             kinds = [failure_kind(problem_of(r), t)
@@ -313,10 +327,28 @@ class Evaluator:
             generation=batch_flops(self.snap.arch, pool.batches, self.snap.lora),
             wall_s=pool.wall_s + time.perf_counter() - t0, details=details)
 
+    def _native_pool(self) -> tuple[SamplePool, PhaseFlops]:
+        """native_reward's samples and the generation it is charged. With ``share_samples``,
+        and when sampled_pass1 drew at least as many prompts and samples at the same
+        temperature, its pool's head (charged as if generated alone, like maj_k's prefix);
+        otherwise a pool of its own."""
+        s = self.spec
+        n, m = min(s.native_prompts, len(self.eval_in)), s.native_samples
+        shared = self._sampled_pool
+        if (s.share_samples and shared is not None and len(shared.records) >= n
+                and shared.per_prompt >= m):
+            return shared.head(n, m), self.pool_flops(shared, m, n)
+        _, pool = self._training_pool(n, m, "native_reward")
+        return pool, batch_flops(self.snap.arch, pool.batches, self.snap.lora)
+
     def native_reward(self) -> TargetResult:
+        """The mean training reward of the policy's own samples at the training temperature
+        (for a PRM reward: what the policy may have learnt to please), over ``native_prompts``
+        prompts x ``native_samples``. Its interval is the cluster bootstrap over prompts."""
         s = self.spec
         m = s.native_samples
-        records, pool = self._training_pool(s.native_prompts, m, "native_reward")
+        pool, generation = self._native_pool()
+        records = pool.records
         t0 = time.perf_counter()
         _consume(self.reward)
         completions = [t for texts in pool.texts for t in texts]
@@ -330,8 +362,7 @@ class Evaluator:
         lo, hi = bootstrap_interval(groups, reps=s.bootstrap_reps, seed=s.seed)
         return TargetResult(
             mean(values), lo, hi, len(records), samples=len(values), interval="bootstrap",
-            generation=batch_flops(self.snap.arch, pool.batches, self.snap.lora),
-            scoring=scoring, wall_s=pool.wall_s + time.perf_counter() - t0,
+            generation=generation, scoring=scoring, wall_s=pool.wall_s + time.perf_counter() - t0,
             details={"samples_per_prompt": m, "temperature": s.train_temperature,
                      "max_new_tokens": s.max_new_tokens,
                      "reward": getattr(self.reward, "__name__", type(self.reward).__name__)})

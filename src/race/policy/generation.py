@@ -5,6 +5,14 @@ decoder-only batch generation). For each batch we return the real prompt and com
 (model FLOPs are charged on those) and the padded prompt width and number of decode steps the
 batch actually ran (executed FLOPs: ``generate`` keeps computing finished rows until the whole
 batch stops).
+
+Rows are batched in order of prompt length (in tokens; a stable sort, so the samples of one
+prompt stay together), and results come back in the caller's order. On a task whose answer
+length grows with its prompt, a batch of short prompts stops decoding early instead of waiting
+for the longest solution in a mixed batch: on the default study's eval-in set (400 prompts x 4
+samples, batches of 256) this cuts decode steps and wall time by about a third. The order
+changes which random stream a row draws (it is part of "fixed seed and batch size"), never the
+model FLOPs, which count real tokens only.
 """
 
 from __future__ import annotations
@@ -24,8 +32,12 @@ class GenerationBatch:
 
 @dataclass
 class Generations:
+    """Completions in the caller's row order, the (prompt_len, completion_len) of each row in
+    that order, and the batches as they ran (length-sorted)."""
+
     texts: list[str] = field(default_factory=list)
     batches: list[GenerationBatch] = field(default_factory=list)
+    rows: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -46,23 +58,36 @@ def completion_lengths(new_ids, eos_id: int | None, pad_id: int | None) -> list[
     return lens
 
 
+def length_order(lengths: list[int]) -> list[int]:
+    """Row indices by increasing length, ties in row order: the order :func:`generate` batches
+    rows in (and :func:`race.evaluation.evaluator.rebatched_flops` assumes)."""
+    return sorted(range(len(lengths)), key=lambda i: lengths[i])
+
+
 def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
              do_sample: bool = False, temperature: float = 1.0, seed: int = 0,
              num_return_sequences: int = 1) -> Generations:
     """Generate completions for ``prompts`` (each repeated ``num_return_sequences`` times).
 
     Deterministic for a fixed seed, batch size and thread count: the torch generator is reseeded
-    from ``seed`` and the batch index before every batch.
+    from ``seed`` and the batch index before every batch. Rows run length-sorted (module
+    docstring); ``texts`` and ``rows`` come back in the order of ``prompts`` (each prompt's
+    samples adjacent).
     """
     import torch
 
-    out = Generations()
     model.eval()
     expanded = [p for p in prompts for _ in range(num_return_sequences)]
+    lengths = [len(ids) for ids in tokenizer(expanded, add_special_tokens=False)["input_ids"]]
+    order = length_order(lengths)
+    texts: list[str] = [""] * len(expanded)
+    rows: list[tuple[int, int]] = [(0, 0)] * len(expanded)
+    batches: list[GenerationBatch] = []
     pad_id = tokenizer.pad_token_id
     eos_id = tokenizer.eos_token_id
     for bi, start in enumerate(range(0, len(expanded), batch_size)):
-        chunk = expanded[start:start + batch_size]
+        index = order[start:start + batch_size]
+        chunk = [expanded[i] for i in index]
         enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
                         add_special_tokens=False)
         torch.manual_seed(seed * 1_000_003 + bi)
@@ -80,12 +105,10 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
         width = enc["input_ids"].shape[1]
         new_ids = gen[:, width:]
         lens = completion_lengths(new_ids, eos_id, pad_id)
-        out.texts += [tokenizer.decode(row[:n], skip_special_tokens=True)
-                      for row, n in zip(new_ids.tolist(), lens, strict=True)]
-        out.batches.append(GenerationBatch(
-            prompt_lens=enc["attention_mask"].sum(dim=1).tolist(),
-            completion_lens=lens,
-            padded_prompt_len=width,
-            new_tokens_run=new_ids.shape[1],
-        ))
-    return out
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        for i, row, n, p in zip(index, new_ids.tolist(), lens, prompt_lens, strict=True):
+            texts[i] = tokenizer.decode(row[:n], skip_special_tokens=True)
+            rows[i] = (p, n)
+        batches.append(GenerationBatch(prompt_lens=prompt_lens, completion_lens=lens,
+                                       padded_prompt_len=width, new_tokens_run=new_ids.shape[1]))
+    return Generations(texts, batches, rows)
