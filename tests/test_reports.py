@@ -678,6 +678,25 @@ def test_write_reports_is_deterministic(cli_report, report, tmp_path):
     assert again[1].read_bytes() == (out / "figures" / "regime_map.svg").read_bytes()
 
 
+def test_report_on_two_processes_writes_the_same_files(gappy, cli_report, tmp_path):
+    """``race report --threads 2`` (fits, bands and figures on two processes) writes every
+    file byte for byte as the one-process report does."""
+    from race.analysis.parallel import pmap
+    from race.cli import main
+
+    assert pmap(abs, [-3, 2, -1], workers=2) == [3, 2, 1]  # input order
+    gappy.to_csv(tmp_path / "runs.csv", index=False)
+    config = json.dumps({"study": "cli-study",
+                         "eval": {"targets": ["in_pass1", "ood_pass1", "maj_k"]}})
+    assert main(["report", str(tmp_path / "runs.csv"), "--out", str(tmp_path / "reports"),
+                 "--config", config, "--threads", "2"]) == 0
+    one, two = cli_report / "reports", tmp_path / "reports"
+    files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(two) for p in two.rglob("*") if p.is_file())
+    for rel in files:
+        assert (one / rel).read_bytes() == (two / rel).read_bytes(), rel
+
+
 def test_cli_select(study, tmp_path):
     from race.cli import main
 

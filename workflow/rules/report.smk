@@ -51,4 +51,4 @@ rule report:
         mem_mb=res("report", "mem_mb"),
         runtime=res("report", "runtime"),
     shell:
-        "{params.race} report {input.stages} --out {params.out} --config {params.config:q} > {log} 2>&1"
+        "{params.race} report {input.stages} --out {params.out} --config {params.config:q} --threads {threads} > {log} 2>&1"

@@ -19,6 +19,7 @@ interactive backend) and saved without dates, with a fixed SVG id salt: reruns a
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,7 @@ from race.analysis.figure_base import (
     save,
     style,
 )
+from race.analysis.parallel import pmap
 from race.analysis.regime_cells import cell_colours, hatch_patch_kw, legend_handles, regime_cell
 from race.flops.ledger import BUDGET_PHASES
 
@@ -414,9 +416,15 @@ def write(name: str, data: FigureData, out_dir: str | Path) -> list[Path]:
     return save(PLOTTERS[name](data), out_dir, name)
 
 
-def write_all(data: FigureData, out_dir: str | Path) -> dict[str, list[Path]]:
-    """Every figure, in :data:`FIGURE_NAMES` order: name -> [png, svg]."""
-    return {name: write(name, data, out_dir) for name in FIGURE_NAMES}
+def write_all(data: FigureData, out_dir: str | Path, workers: int = 1) -> dict[str, list[Path]]:
+    """Every figure, in :data:`FIGURE_NAMES` order: name -> [png, svg]; ``workers`` processes
+    (:func:`race.analysis.parallel.pmap`)."""
+    paths = pmap(partial(_write_named, data, out_dir), FIGURE_NAMES, workers)
+    return dict(zip(FIGURE_NAMES, paths, strict=True))
+
+
+def _write_named(data: FigureData, out_dir: str | Path, name: str) -> list[Path]:
+    return write(name, data, out_dir)
 
 
 def not_run_figures(data: FigureData) -> list[str]:

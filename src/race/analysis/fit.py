@@ -43,6 +43,7 @@ import pandas as pd
 from scipy.optimize import OptimizeWarning, curve_fit
 
 from race.analysis.frontier import pooled, seed_summary, targets_in
+from race.analysis.parallel import pmap
 
 B_BOUNDS = (1e-3, 50.0)
 #: How far outside the observed compute range C_mid may go (natural log: two decades).
@@ -259,42 +260,47 @@ def rung_points(df: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def _fit_row(item: tuple[tuple[str, str, str, str], pd.DataFrame, float | None]) -> dict:
+    """One :func:`fit_table` row: the fit of one config's rungs and its held-out check."""
+    (size, reward, alloc, target), g, r0 = item
+    full = fit_sigmoid(g["flops"].to_numpy(), g["acc"].to_numpy(), r0)
+    row: dict[str, object] = {
+        "size": size, "reward": reward, "alloc": alloc, "target": target,
+        "status": full.status, "n_rungs": int(len(g)), "n_free": full.n_free,
+        "r0_fixed": full.r0_fixed, "A": full.A, "B": full.B, "C_mid": full.C_mid,
+        "R0": full.R0, "rmse": full.rmse,
+    }
+    if not len(g):
+        row["holdout_status"] = INSUFFICIENT
+        return row
+    last = g.iloc[-1]
+    held = fit_sigmoid(g["flops"].to_numpy()[:-1], g["acc"].to_numpy()[:-1], r0)
+    pred = float(held.predict(last["flops"])) if held.status == "ok" else math.nan
+    row.update({
+        "holdout_budget": float(last["budget"]), "holdout_flops": float(last["flops"]),
+        "holdout_acc": float(last["acc"]), "holdout_pred": pred,
+        "holdout_error_points": 100.0 * (pred - float(last["acc"])),
+        "holdout_status": held.status,
+    })
+    return row
+
+
 def fit_table(df: pd.DataFrame, targets: list[str] | None = None,
-              base_acc: dict[tuple[str, str], float] | None = None) -> pd.DataFrame:
+              base_acc: dict[tuple[str, str], float] | None = None,
+              workers: int = 1) -> pd.DataFrame:
     """One fit per (size, reward, alloc, target): columns :data:`FIT_COLUMNS`.
 
     ``base_acc`` maps (size, target) to the base accuracy that fixes R0; by default it is read
     from ``flops_total`` == 0 rows (:func:`base_accuracy`), and R0 is free where there are none.
+    ``workers``: processes for the fits (:func:`race.analysis.parallel.pmap`; same table).
     """
     targets = targets_in(df, targets)
     base = base_accuracy(df, targets) if base_acc is None else base_acc
     points = rung_points(df, targets)
-    rows = []
-    for (size, reward, alloc, target), g in points.groupby(
-            ["size", "reward", "alloc", "target"], sort=True):
-        g = g[g["acc"].notna()].sort_values("budget")
-        r0 = base.get((size, target))
-        full = fit_sigmoid(g["flops"].to_numpy(), g["acc"].to_numpy(), r0)
-        row: dict[str, object] = {
-            "size": size, "reward": reward, "alloc": alloc, "target": target,
-            "status": full.status, "n_rungs": int(len(g)), "n_free": full.n_free,
-            "r0_fixed": full.r0_fixed, "A": full.A, "B": full.B, "C_mid": full.C_mid,
-            "R0": full.R0, "rmse": full.rmse,
-        }
-        if len(g):
-            last = g.iloc[-1]
-            held = fit_sigmoid(g["flops"].to_numpy()[:-1], g["acc"].to_numpy()[:-1], r0)
-            pred = float(held.predict(last["flops"])) if held.status == "ok" else math.nan
-            row.update({
-                "holdout_budget": float(last["budget"]), "holdout_flops": float(last["flops"]),
-                "holdout_acc": float(last["acc"]), "holdout_pred": pred,
-                "holdout_error_points": 100.0 * (pred - float(last["acc"])),
-                "holdout_status": held.status,
-            })
-        else:
-            row["holdout_status"] = INSUFFICIENT
-        rows.append(row)
-    out = pd.DataFrame(rows, columns=FIT_COLUMNS)
+    items = []
+    for key, g in points.groupby(["size", "reward", "alloc", "target"], sort=True):
+        items.append((key, g[g["acc"].notna()].sort_values("budget"), base.get((key[0], key[3]))))
+    out = pd.DataFrame(pmap(_fit_row, items, workers), columns=FIT_COLUMNS)
     order = {t: i for i, t in enumerate(targets)}
     return (out.assign(_t=out["target"].map(order))
             .sort_values(["reward", "_t", "size", "alloc"], kind="mergesort")
@@ -304,32 +310,41 @@ def fit_table(df: pd.DataFrame, targets: list[str] | None = None,
 BAND_COLUMNS = ["size", "reward", "alloc", "target", "flops", "fit", "lo", "hi"]
 
 
+_BAND_KEYS = ["size", "reward", "alloc", "target"]
+
+
+def _band_part(item: tuple[dict, pd.DataFrame, int, int, int]) -> pd.DataFrame:
+    """One fit's drawn curve and band (a :func:`band_table` part)."""
+    row, g, n_points, reps, seed = item
+    fit = SigmoidFit(row["status"], row["A"], row["B"], row["C_mid"], row["R0"],
+                     bool(row["r0_fixed"]), int(row["n_rungs"]), int(row["n_free"]), row["rmse"])
+    grid = np.geomspace(g["flops"].min(), g["flops"].max(), n_points)
+    band = sigmoid_band(g["flops"], g["acc"], g["se"], fit, grid, reps, seed)
+    lo, hi = band if band is not None else (np.full(n_points, np.nan),) * 2
+    return pd.DataFrame({**{k: row[k] for k in _BAND_KEYS}, "flops": grid,
+                         "fit": fit.predict(grid), "lo": lo, "hi": hi})
+
+
 def band_table(points: pd.DataFrame, fits: pd.DataFrame, n_points: int = BAND_POINTS,
-               reps: int = BAND_REPS, seed: int = BAND_SEED) -> pd.DataFrame:
+               reps: int = BAND_REPS, seed: int = BAND_SEED, workers: int = 1) -> pd.DataFrame:
     """The curve and band the figures draw for every "ok" fit: columns :data:`BAND_COLUMNS`.
 
     Per (size, reward, alloc, target): ``n_points`` FLOPs log-spaced from the smallest to the
     largest FLOPs used among its rungs with an accuracy (never beyond them), the fitted R(C)
     (``fit``) and the 95% band (``lo``, ``hi``; NaN where :func:`sigmoid_band` gives none).
-    ``points`` and ``fits`` are :func:`rung_points` and :func:`fit_table`.
+    ``points`` and ``fits`` are :func:`rung_points` and :func:`fit_table`; ``workers`` as
+    there.
     """
-    keys = ["size", "reward", "alloc", "target"]
     ok = fits[fits["status"] == "ok"]
     if ok.empty or points.empty:
         return pd.DataFrame(columns=BAND_COLUMNS)
-    groups = dict(iter(points[points["acc"].notna()].groupby(keys, sort=False)))
-    parts = []
-    for row in ok.itertuples(index=False):
-        g = groups.get(tuple(getattr(row, k) for k in keys))
-        if g is None:
-            continue
-        fit = SigmoidFit(row.status, row.A, row.B, row.C_mid, row.R0, bool(row.r0_fixed),
-                         int(row.n_rungs), int(row.n_free), row.rmse)
-        grid = np.geomspace(g["flops"].min(), g["flops"].max(), n_points)
-        band = sigmoid_band(g["flops"], g["acc"], g["se"], fit, grid, reps, seed)
-        lo, hi = band if band is not None else (np.full(n_points, np.nan),) * 2
-        parts.append(pd.DataFrame({**{k: getattr(row, k) for k in keys}, "flops": grid,
-                                   "fit": fit.predict(grid), "lo": lo, "hi": hi}))
+    groups = dict(iter(points[points["acc"].notna()].groupby(_BAND_KEYS, sort=False)))
+    items = []
+    for row in ok.to_dict("records"):
+        g = groups.get(tuple(row[k] for k in _BAND_KEYS))
+        if g is not None:
+            items.append((row, g, n_points, reps, seed))
+    parts = pmap(_band_part, items, workers)
     if not parts:
         return pd.DataFrame(columns=BAND_COLUMNS)
     return pd.concat(parts, ignore_index=True)[BAND_COLUMNS]

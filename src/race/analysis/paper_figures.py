@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from functools import partial
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -34,6 +35,7 @@ from matplotlib.lines import Line2D
 
 from race.analysis import figures
 from race.analysis.figure_base import FigureData, legend_items, panel_title, save, style
+from race.analysis.parallel import pmap
 from race.analysis.regime_cells import legend_handles
 
 COLUMN_W = 3.4
@@ -178,19 +180,27 @@ def clear(out_dir: str | Path) -> None:
                 path.rmdir()
 
 
-def write_panels(data: FigureData, out_dir: str | Path,
-                 targets: list[str] | None = None) -> dict[str, list[Path]]:
+def write_panels(data: FigureData, out_dir: str | Path, targets: list[str] | None = None,
+                 workers: int = 1) -> dict[str, list[Path]]:
     """Every single-column figure under ``out_dir`` (the figures folder), in
     :data:`race.analysis.figures.FIGURE_NAMES` order: name -> [png, svg, png, svg, ...]. Each
     figure's folder exists afterwards, empty when the figure is not run. ``targets``: the
     targets with per-target files (the report passes the study's RACE targets: a paper shows
-    the question's target; the overview grids keep every target)."""
+    the question's target; the overview grids keep every target). ``workers``: processes
+    (:func:`race.analysis.parallel.pmap`)."""
     clear(out_dir)
-    out: dict[str, list[Path]] = {}
+    files = []
     for name in figures.FIGURE_NAMES:
         (Path(out_dir) / name).mkdir(parents=True, exist_ok=True)
-        out[name] = []
-        for key in panel_keys(data, name, targets):
-            out[name] += save(plot_panel(name, data, *key), out_dir, stem(name, key),
-                              dpi=PANEL_DPI, rc=RC)
+        files += [(name, key) for key in panel_keys(data, name, targets)]
+    out: dict[str, list[Path]] = {name: [] for name in figures.FIGURE_NAMES}
+    for (name, _), paths in zip(files, pmap(partial(_write_panel, data, out_dir), files,
+                                             workers), strict=True):
+        out[name] += paths
     return out
+
+
+def _write_panel(data: FigureData, out_dir: str | Path,
+                 file: tuple[str, tuple[str, ...]]) -> list[Path]:
+    name, key = file
+    return save(plot_panel(name, data, *key), out_dir, stem(name, key), dpi=PANEL_DPI, rc=RC)

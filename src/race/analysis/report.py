@@ -233,10 +233,12 @@ class Report:
 
 
 def analyse(runs: pd.DataFrame, targets: list[str] | None = None,
-            study: str = "unnamed study", search_only_at_top: bool = False) -> Report:
+            study: str = "unnamed study", search_only_at_top: bool = False,
+            workers: int = 1) -> Report:
     """Every table of the report from a normalised runs table (all stages); no I/O.
     ``search_only_at_top``: the study ran maj_k / prm_bon only at the base policy and each
-    cell's top rung (``eval.search_at: base_and_top``)."""
+    cell's top rung (``eval.search_at: base_and_top``). ``workers``: processes for the fits
+    and their bands (the same tables for any number)."""
     runs = sort_runs(runs)
     targets = targets_in(runs, targets)
     if not targets:
@@ -244,13 +246,13 @@ def analyse(runs: pd.DataFrame, targets: list[str] | None = None,
     stages = split_stages(runs)
     pilot, val, full = (stages.get(s) for s in ("pilot", "validation", "full"))
     summary = config_summary(runs, targets)
-    points, fits = rung_points(runs, targets), fit_table(runs, targets)
+    points, fits = rung_points(runs, targets), fit_table(runs, targets, workers=workers)
     return Report(
         study=study, runs=runs, targets=targets, summary=summary,
         frontier=frontier_table(runs, targets, summary),
         regime=regime_table(runs, targets, summary),
         missing=missing_cells(runs, targets, search_only_at_top),
-        points=points, fits=fits, bands=band_table(points, fits),
+        points=points, fits=fits, bands=band_table(points, fits, workers=workers),
         rankings=(rank_pilot(pilot, targets) if pilot is not None
                   else pd.DataFrame(columns=RANKING_COLUMNS)),
         agreement=(agreement(pilot, val, full, targets)
@@ -409,8 +411,9 @@ def write_tables(rep: Report, out: Path) -> list[Path]:
 def write_reports(runs_csv: str | Path, out_dir: str | Path,
                   config: Mapping | str | Path | None = None, *,
                   pilot_csv: str | Path | None = None, validation_csv: str | Path | None = None,
-                  full_csv: str | Path | None = None) -> list[Path]:
-    """Write every table, figure and report.md under ``out_dir``; return the paths, sorted."""
+                  full_csv: str | Path | None = None, workers: int = 1) -> list[Path]:
+    """Write every table, figure and report.md under ``out_dir``; return the paths, sorted.
+    ``workers``: processes for the fits, bands and figures (the same files for any number)."""
     cfg = read_config(config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -420,14 +423,14 @@ def write_reports(runs_csv: str | Path, out_dir: str | Path,
     available = targets_in(runs)
     targets = [t for t in wanted if t in available] or available
     search_at = section.get("search_at") if isinstance(section, Mapping) else None
-    rep = analyse(runs, targets, study_name(cfg, runs), search_at == "base_and_top")
+    rep = analyse(runs, targets, study_name(cfg, runs), search_at == "base_and_top", workers)
     rep.targets_not_evaluated = [t for t in wanted if t not in available]
     paths = write_tables(rep, out)
     data = rep.figure_data()
-    figs = figures.write_all(data, out / FIGURE_DIR)
+    figs = figures.write_all(data, out / FIGURE_DIR, workers)
     rep.figures = {n: [p.relative_to(out).as_posix() for p in ps] for n, ps in figs.items()}
     race = cfg.get("race") if isinstance(cfg.get("race"), Mapping) else {}
-    panels = paper_figures.write_panels(data, out / FIGURE_DIR, race.get("targets"))
+    panels = paper_figures.write_panels(data, out / FIGURE_DIR, race.get("targets"), workers)
     rep.panels = {n: [p.relative_to(out).as_posix() for p in ps if p.suffix == ".png"]
                   for n, ps in panels.items()}
     md = out / "report.md"

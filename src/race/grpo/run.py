@@ -361,9 +361,9 @@ def _dataset(path: str, tokenizer):
     from race.data.task import load_jsonl
 
     records = load_jsonl(path)
-    max_prompt = max(len(tokenizer(r.prompt, add_special_tokens=False)["input_ids"])
-                     for r in records)
-    return Dataset.from_dict({"prompt": [r.prompt for r in records],
+    prompts = [r.prompt for r in records]
+    max_prompt = max(map(len, tokenizer(prompts, add_special_tokens=False)["input_ids"]))
+    return Dataset.from_dict({"prompt": prompts,
                               "answer": [r.answer for r in records]}), max_prompt
 
 
