@@ -9,8 +9,7 @@ batch stops).
 Rows are batched in order of prompt length (in tokens; a stable sort, so the samples of one
 prompt stay together), and results come back in the caller's order. On a task whose answer
 length grows with its prompt, a batch of short prompts stops decoding early instead of waiting
-for the longest solution in a mixed batch: on the default study's eval-in set (400 prompts x 4
-samples, batches of 256) this cuts decode steps and wall time by about a third. The order
+for the longest solution in a mixed batch (``bench/generation_order.py`` measures both). The order
 changes which random stream a row draws (it is part of "fixed seed and batch size"), never the
 model FLOPs, which count real tokens only.
 """
@@ -66,20 +65,21 @@ def length_order(lengths: list[int]) -> list[int]:
 
 def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
              do_sample: bool = False, temperature: float = 1.0, seed: int = 0,
-             num_return_sequences: int = 1) -> Generations:
+             num_return_sequences: int = 1, length_sorted: bool = True) -> Generations:
     """Generate completions for ``prompts`` (each repeated ``num_return_sequences`` times).
 
     Deterministic for a fixed seed, batch size and thread count: the torch generator is reseeded
     from ``seed`` and the batch index before every batch. Rows run length-sorted (module
     docstring); ``texts`` and ``rows`` come back in the order of ``prompts`` (each prompt's
-    samples adjacent).
+    samples adjacent). ``length_sorted=False`` batches rows in the caller's order (what
+    ``bench/generation_order.py`` compares against).
     """
     import torch
 
     model.eval()
     expanded = [p for p in prompts for _ in range(num_return_sequences)]
     lengths = [len(ids) for ids in tokenizer(expanded, add_special_tokens=False)["input_ids"]]
-    order = length_order(lengths)
+    order = length_order(lengths) if length_sorted else list(range(len(expanded)))
     texts: list[str] = [""] * len(expanded)
     rows: list[tuple[int, int]] = [(0, 0)] * len(expanded)
     batches: list[GenerationBatch] = []
