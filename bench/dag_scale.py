@@ -1,15 +1,23 @@
-"""Dry-run wall time of a 10,000-cell grid beside a bare peer (target: RACE / peer <= 1.2).
+"""Dry-run wall time of a 10,000-cell grid beside two peers (target: RACE / peer <= 1.2).
 
     python bench/dag_scale.py [SEEDS]    # SEEDS=1,2,4 give the 1,000/2,000/4,000-cell scaling
     python bench/dag_scale.py 3 --ablations   # where RACE's extra time per job goes
 
 Grid: 10 sizes x 10 rewards x 10 allocations x SEEDS seeds (default 10: 10,000 cells) over 3
 rungs, built from the default config in a temporary copy of the workflow (sizes are hub-style
-ids, so no pretraining jobs). The peer is the least any Snakefile of this shape costs: two bare
-rules (a train job and an evaluation job per cell, each writing one file per rung) and a target
-rule over the same number of cells, no params, resources, logs or checkpoint -- Snakemake's own
-per-job floor. Both are timed as ``snakemake -n`` (every job listed) and ``snakemake -n --quiet``
-(the
+ids, so no pretraining jobs). Two peers, both bare rules (no params, resources, logs or
+benchmarks):
+
+- the *bare peer*, the least any Snakefile with these per-cell jobs costs: a train job and an
+  evaluation job per cell, each writing one file per rung, and a target rule over them --
+  Snakemake's own per-job floor;
+- the *same-DAG peer* (:data:`SAME_DAG_SNAKEFILE`): RACE's jobs and file edges as well (the
+  pilot table over the first rung's evaluations, the selection checkpoint, the runs table over
+  every evaluation, the report, the MLflow mirror, every ledger named as a target). RACE over
+  it is the cost of RACE's own per-job features; over the bare peer, that plus the study's
+  aggregation edges.
+
+Each is timed as ``snakemake -n`` (every job listed) and ``snakemake -n --quiet rules`` (the
 job-count table only, what one reads on a grid this size), in one run. Prints, never asserts:
 these machines are shared and noisy.
 
@@ -48,6 +56,72 @@ rule train:
 rule evaluate:
     input: expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS)
     output: expand("runs/{{cell}}/budget~{rung}/eval.json", rung=RUNGS)
+    shell: "touch {output}"
+"""
+#: The same-DAG peer: RACE's jobs and file edges with nothing else -- the tokenizer/data jobs,
+#: train (rung ledgers + DONE) and evaluate per cell, the pilot table over the first rung's
+#: evaluations, the selection checkpoint whose output decides the validation targets, the runs
+#: table over every evaluation, the report and the MLflow mirror, and a target rule that names
+#: every ledger and evaluation as RACE's does -- as bare rules (no params, logs, benchmarks,
+#: resources, input functions per job). RACE / this peer is what RACE's own per-job features
+#: cost; RACE / the bare peer adds the cost of the study's DAG shape (its aggregation edges).
+SAME_DAG_SNAKEFILE = """
+CELLS = [f"c{i}" for i in range(int(config["cells"]))]
+RUNGS = ["1", "2", "4"]
+EVALS = expand("runs/{cell}/budget~{rung}/eval.json", cell=CELLS, rung=RUNGS)
+LEDGERS = expand("runs/{cell}/budget~{rung}/ledger.json", cell=CELLS, rung=RUNGS)
+
+
+def validation(wildcards):
+    checkpoints.select.get()
+    return [f"runs/{cell}/budget~4/eval.json" for cell in CELLS[:10]]
+
+
+rule all:
+    input: "reports/report.md", "runs.csv", "mlflow/logged.json", LEDGERS, EVALS, validation
+
+rule tokenizer:
+    output: "tokenizer/tokenizer.json"
+    shell: "touch {output}"
+
+rule data:
+    input: "tokenizer/tokenizer.json"
+    output: "data/train.jsonl", "data/eval_in.jsonl"
+    shell: "touch {output}"
+
+rule train:
+    input: "data/train.jsonl"
+    output: expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS), "runs/{cell}/DONE"
+    shell: "touch {output}"
+
+rule evaluate:
+    input: expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS), "data/eval_in.jsonl"
+    output: expand("runs/{{cell}}/budget~{rung}/eval.json", rung=RUNGS)
+    shell: "touch {output}"
+
+rule aggregate_pilot:
+    input: expand("runs/{cell}/budget~1/eval.json", cell=CELLS)
+    output: "race/pilot.csv"
+    shell: "touch {output}"
+
+checkpoint select:
+    input: "race/pilot.csv"
+    output: "race/selected.json"
+    shell: "touch {output}"
+
+rule aggregate:
+    input: EVALS, "race/selected.json", validation
+    output: "runs.csv", "stages.csv"
+    shell: "touch {output}"
+
+rule report:
+    input: "stages.csv"
+    output: "reports/report.md"
+    shell: "touch {output}"
+
+rule mlflow_log:
+    input: "runs.csv", "reports/report.md"
+    output: "mlflow/logged.json"
     shell: "touch {output}"
 """
 MODES = {"snakemake -n": ["-n"], "snakemake -n --quiet rules": ["-n", "--quiet", "rules"]}
@@ -136,22 +210,26 @@ def main() -> None:
     if seeds < 1:
         parser.error(f"seeds must be >= 1, got {seeds}")
     cells = 1000 * seeds
-    with tempfile.TemporaryDirectory() as race_dir, tempfile.TemporaryDirectory() as peer_dir:
+    with (tempfile.TemporaryDirectory() as race_dir, tempfile.TemporaryDirectory() as peer_dir,
+          tempfile.TemporaryDirectory() as same_dir):
         race_workdir(Path(race_dir), seeds)
         (Path(peer_dir) / "Snakefile").write_text(PEER_SNAKEFILE)
+        (Path(same_dir) / "Snakefile").write_text(SAME_DAG_SNAKEFILE)
         if options.ablations:
             print(f"dag_scale --ablations: {cells} cells x {len(RUNGS)} rungs")
             ablations(seeds, Path(peer_dir))
             return
         print(f"dag_scale: {cells} cells x {len(RUNGS)} rungs (target: RACE / peer <= 1.2)")
+        peers = {"bare peer": Path(peer_dir), "same-DAG peer": Path(same_dir)}
         for mode, args in MODES.items():
             wall, jobs, status = dry_run(Path(race_dir), args)
-            peer_wall, peer_jobs, peer_status = dry_run(Path(peer_dir),
-                                                        [*args, "--config", f"cells={cells}"])
-            print(f"  {mode:28s} RACE {wall:6.1f} s ({jobs} jobs, "
-                  f"{1e3 * wall / max(jobs, 1):.2f} ms/job) [{status}]  |  peer {peer_wall:6.1f} s "
-                  f"({peer_jobs} jobs, {1e3 * peer_wall / max(peer_jobs, 1):.2f} ms/job) "
-                  f"[{peer_status}]  |  RACE / peer {wall / peer_wall:.2f}")
+            print(f"  {mode}: RACE {wall:6.1f} s ({jobs} jobs, "
+                  f"{1e3 * wall / max(jobs, 1):.2f} ms/job) [{status}]")
+            for name, folder in peers.items():
+                p_wall, p_jobs, p_status = dry_run(folder, [*args, "--config", f"cells={cells}"])
+                print(f"    {name:14s} {p_wall:6.1f} s ({p_jobs} jobs, "
+                      f"{1e3 * p_wall / max(p_jobs, 1):.2f} ms/job) [{p_status}]  |  "
+                      f"RACE / {name} {wall / p_wall:.2f}")
 
 
 def planned_jobs(dry_run_stdout: str) -> int:

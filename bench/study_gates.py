@@ -1,17 +1,25 @@
 """Issue-21 gates B and C from a finished study's tables (reports/ after `make run`).
 
-    python bench/study_gates.py [reports] [--alloc g8]
+    python bench/study_gates.py [reports] [--alloc g8] [--results results]
 
 For the rule reward and sampled pass@1: base -> top-rung accuracy [95% interval] and Spearman
 rho over rungs per size (default allocation); each fit's C_mid and held-out top-rung error; the
 validation seeds' spread per config; per reward, how many (size, rung) regime cells have a
-decided allocation (z >= 2); and rule+prm vs rule at the top rung per size and allocation.
+decided allocation (z >= 2), and the same gap's z from the per-prompt paired difference
+(both allocations were sampled on the same eval-in prompts: what a paired test would decide);
+and rule+prm vs rule at the top rung per size and allocation.
 """
 
 import argparse
+import json
+import math
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
+
+from race.study.cells import cell_key, format_budget
 
 T = "sampled_pass1"
 SIZES = ["nano", "micro", "mini"]
@@ -21,10 +29,36 @@ def interval(row) -> str:
     return f"{row[f'acc_{T}']:.3f} [{row[f'acc_{T}_lo']:.3f}, {row[f'acc_{T}_hi']:.3f}]"
 
 
+def per_prompt(results: Path, size: str, reward: str, alloc: str, budget: float) -> np.ndarray:
+    """sampled_pass1's correct share per eval-in prompt, averaged over the seeds evaluated at
+    this rung (eval.json details.correct_per_prompt)."""
+    runs = []
+    for seed_dir in sorted((results / "runs" / cell_key(size, reward, alloc, 0)).parent.glob(
+            "seed~*")):
+        path = seed_dir / f"budget~{format_budget(budget)}" / "eval.json"
+        if path.is_file():
+            d = json.loads(path.read_text())["targets"][T]["details"]
+            runs.append(np.asarray(d["correct_per_prompt"]) / d["samples_per_prompt"])
+    return np.mean(runs, axis=0)
+
+
+def paired_z(results: Path, row) -> float:
+    """The regime cell's winner-minus-runner-up gap over its paired standard error (the
+    per-prompt differences' standard deviation over sqrt(prompts)); NaN for a tie."""
+    if "|" in str(row.best_alloc) or "|" in str(row.runner_up):
+        return math.nan
+    d = (per_prompt(results, row["size"], row.reward, row.best_alloc, row.budget)
+         - per_prompt(results, row["size"], row.reward, row.runner_up, row.budget))
+    se = d.std(ddof=1) / math.sqrt(len(d))
+    return d.mean() / se if se > 0 else math.nan
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="?", default="reports")
     parser.add_argument("--alloc", default="g8", help="the default allocation (race.baseline)")
+    parser.add_argument("--results", default="results", type=Path,
+                        help="the study's results folder (per-prompt evaluations)")
     args = parser.parse_args()
     runs = pd.read_csv(f"{args.reports}/runs.csv")
     regime = pd.read_csv(f"{args.reports}/regime.csv")
@@ -60,6 +94,9 @@ def main() -> None:
         won = ", ".join(f"{r['size']}@{r.budget:.2g}:{r.best_alloc} (z={r.gap_z:.1f})"
                         for _, r in g[g.decided].iterrows())
         print(f"  {reward}: {int(g.decided.sum())} of {len(g)} decided; {won}")
+        paired = [paired_z(args.results, r) for _, r in g.iterrows()]
+        print(f"    paired per-prompt z >= 2: {sum(z >= 2 for z in paired)} of {len(g)} "
+              f"(z: {', '.join(f'{z:.1f}' for z in paired)})")
     print("== rule+prm vs rule at the top rung")
     at_top = full[full.budget == top]
     for size in SIZES:
