@@ -419,12 +419,8 @@ def write(name: str, data: FigureData, out_dir: str | Path) -> list[Path]:
 def write_all(data: FigureData, out_dir: str | Path, workers: int = 1) -> dict[str, list[Path]]:
     """Every figure, in :data:`FIGURE_NAMES` order: name -> [png, svg]; ``workers`` processes
     (:func:`race.analysis.parallel.pmap`)."""
-    paths = pmap(partial(_write_named, data, out_dir), FIGURE_NAMES, workers)
+    paths = pmap(partial(write, data=data, out_dir=out_dir), FIGURE_NAMES, workers)
     return dict(zip(FIGURE_NAMES, paths, strict=True))
-
-
-def _write_named(data: FigureData, out_dir: str | Path, name: str) -> list[Path]:
-    return write(name, data, out_dir)
 
 
 def not_run_figures(data: FigureData) -> list[str]:

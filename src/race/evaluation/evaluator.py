@@ -314,7 +314,7 @@ class Evaluator:
             f"pass@{k}": mean([pass_at_k(k, int(sum(g)), k) for g in groups]),
             "format_valid": mean([self.answer_key(t) is not None for t in texts]),
             # Correct samples per prompt, in eval-in order: what a paired comparison of two
-            # policies on the same prompts needs (race.analysis.paired).
+            # policies on the same prompts needs (bench/study_gates.py's paired z).
             "correct_per_prompt": [int(sum(g)) for g in groups],
         }
         if all(is_arithmetic(r) for r in records):
