@@ -35,12 +35,10 @@ from race.data.task import (
     split_steps,
     step_labels,
 )
+from race.policy.optim import IGNORE_INDEX  # no loss, no metric: every non-separator position
 
 #: Default probe for a PRM's vocabulary: every character the arithmetic task's text uses.
 PROBE_TEXT = "0123456789+-=?#\n 12+3=15\n15-4=11\n#### 11\n"
-
-#: Label value transformers' losses ignore (no loss, no metric) at non-separator positions.
-IGNORE_INDEX = -100
 
 SOURCES = ("sample", "reference", "corrupt")
 

@@ -31,7 +31,7 @@ from race.feedback.prm_data import (
 )
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
-from race.policy.optim import optimizer_step
+from race.policy.optim import LENGTH_GROUPS, collate, length_groups, optimizer_step
 from race.study.specs import PRMSpec
 
 
@@ -52,23 +52,11 @@ def _lr(step: int, spec: PRMSpec) -> float:
     return spec.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _collate(rows: list[tuple[list[int], list[int]]], pad_id: int):
-    """Right-padded (ids, targets, mask) tensors of encoded examples."""
-    width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    targets = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (x, y) in enumerate(rows):
-        ids[i, :len(x)], targets[i, :len(y)], mask[i, :len(x)] = (
-            torch.tensor(x), torch.tensor(y), 1)
-    return ids, targets, mask
-
-
 def fit(model, train: list[tuple[list[int], list[int]]], spec: PRMSpec, pad_id: int) -> dict:
     """Full fine-tuning: ``spec.steps`` AdamW steps on seeded epochs of ``train`` (encoded
     examples), cross-entropy at the step-separator positions only (every other target is
     :data:`IGNORE_INDEX`). Returns the loss and the pre FLOPs (model: real tokens, causal;
-    executed: padded batch, the attention kernel's block) and tokens."""
+    executed: the padded micro-batches, the attention kernel's block) and tokens."""
     arch = flops.Arch.from_config(model.config)
     attention = "full" if spec.attn_implementation == "eager" else "sdpa"
     gen = torch.Generator().manual_seed(spec.seed)
@@ -83,13 +71,11 @@ def fit(model, train: list[tuple[list[int], list[int]]], spec: PRMSpec, pad_id: 
             order += torch.randperm(len(train), generator=gen).tolist()
         batch = [train[i] for i in order[:spec.batch_size]]
         order = order[spec.batch_size:]
-        ids, targets, mask = _collate(batch, pad_id)
-        loss = optimizer_step(model, opt, _lr(step, spec),
-                              input_ids=ids, attention_mask=mask, labels=targets)
-        losses.append(float(loss.detach()))
+        batches = length_groups(batch, pad_id, LENGTH_GROUPS)
+        losses.append(optimizer_step(model, opt, _lr(step, spec), batches))
         lengths = [len(x) for x, _ in batch]
         model_flops += sum(prm_train_flops(arch, n) for n in lengths)
-        executed += len(batch) * prm_train_flops(arch, ids.shape[1], attention)
+        executed += sum(b.rows * prm_train_flops(arch, b.width, attention) for b in batches)
         tokens += sum(lengths)
         if (step + 1) % max(1, spec.steps // 20) == 0 or step + 1 == spec.steps:
             print(f"race prm: step {step + 1} / {spec.steps} | loss {losses[-1]:.4f}",
@@ -107,11 +93,12 @@ def predict(model, encoded: list[tuple[list[int], list[int]]], pad_id: int,
     labels: list[int] = []
     with torch.no_grad():
         for start in range(0, len(encoded), batch_size):
-            ids, targets, mask = _collate(encoded[start:start + batch_size], pad_id)
-            probs = model(input_ids=ids, attention_mask=mask).logits.softmax(-1)[..., 1]
-            keep = targets != IGNORE_INDEX
+            b = collate(encoded[start:start + batch_size], pad_id)
+            probs = model(input_ids=b.input_ids,
+                          attention_mask=b.attention_mask).logits.softmax(-1)[..., 1]
+            keep = b.labels != IGNORE_INDEX
             scores += probs[keep].tolist()
-            labels += targets[keep].tolist()
+            labels += b.labels[keep].tolist()
     return scores, labels
 
 

@@ -27,7 +27,7 @@ from race.data.task import TaskSpec, is_arithmetic, load_jsonl, problem_of, veri
 from race.data.teacher import SLIPS, TeacherSpec
 from race.data.teacher import solution as teacher_solution
 from race.data.tokenizer import load_tokenizer
-from race.policy.optim import optimizer_step
+from race.policy.optim import IGNORE_INDEX, LENGTH_GROUPS, length_groups, optimizer_step
 from race.study.specs import PretrainSpec
 
 
@@ -85,12 +85,14 @@ class Teacher:
 
 def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path,
              spec: PretrainSpec | None = None, layers: int | None = None,
-             teacher: TeacherSpec | None = None, max_value: int | None = None) -> dict:
+             teacher: TeacherSpec | None = None, max_value: int | None = None,
+             length_groups_per_batch: int = LENGTH_GROUPS) -> dict:
     """SFT ladder size ``size`` from random init; returns the ``pre`` record (also saved).
 
     ``teacher`` (default: the schema's) writes the solutions (module docstring); its slips
     stay in ``[0, max_value]`` (default: the task's). ``layers`` overrides the rung's depth
-    (ablations only; the study uses the ladder as is).
+    (ablations only; the study uses the ladder as is). ``length_groups_per_batch``: the
+    micro-batches each batch runs as (:mod:`race.policy.optim`; 1 = the batch padded whole).
     """
     import torch
 
@@ -128,28 +130,22 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
         targets = [writer.solution(i) + eos for i in idx]
         target_ids = tokenizer(targets, add_special_tokens=False)["input_ids"]
         seqs = [prompt_ids[i] + t for i, t in zip(idx, target_ids, strict=True)]
-        width = max(len(s) for s in seqs)
-        input_ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
-        labels = torch.full((len(seqs), width), -100)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for row, (i, s) in enumerate(zip(idx, seqs, strict=True)):
-            input_ids[row, :len(s)] = torch.tensor(s)
-            mask[row, :len(s)] = 1
-            p = len(prompt_ids[i])
-            labels[row, p:len(s)] = torch.tensor(s[p:])
-        loss = optimizer_step(model, opt, lr_at(tokens, spec),
-                              input_ids=input_ids, attention_mask=mask, labels=labels)
+        rows = [(s, [IGNORE_INDEX] * len(prompt_ids[i]) + s[len(prompt_ids[i]):])
+                for i, s in zip(idx, seqs, strict=True)]
+        batches = length_groups(rows, tokenizer.pad_token_id, length_groups_per_batch)
+        loss = optimizer_step(model, opt, lr_at(tokens, spec), batches)
         steps += 1
         real = [len(s) for s in seqs]
         tokens += sum(real)
         # Full fine-tuning, logits at every position (the eager HF forward computes them all).
         model_flops += sum(flops.train_flops(arch, n) for n in real)
-        exec_flops += len(seqs) * flops.train_flops(arch, width, attention="full")
+        exec_flops += sum(b.rows * flops.train_flops(arch, b.width, attention="full")
+                          for b in batches)
         if tokens >= next_report or tokens >= spec.token_budget:  # ~20 lines per run
             next_report += spec.token_budget / 20
             print(f"race pretrain: {tokens:,} / {spec.token_budget:,} tokens "
                   f"({100 * min(1.0, tokens / spec.token_budget):.0f}%) | step {steps} | loss "
-                  f"{float(loss.detach()):.4f} | {time.perf_counter() - t0:.0f} s",
+                  f"{loss:.4f} | {time.perf_counter() - t0:.0f} s",
                   file=sys.stderr, flush=True)
     wall = time.perf_counter() - t0
 
@@ -170,7 +166,7 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
         "wall_s": round(wall, 3),
         "eval_in_accuracy": accuracy,
         "eval_in_n": n_eval,
-        "final_loss": float(loss.detach()),
+        "final_loss": loss,
         "spec": asdict(spec),
         "teacher": {**asdict(teacher), "written": writer.counts},
     }
