@@ -20,9 +20,8 @@ from race.flops.meter import BatchShapes
 def metered_trainer_class():
     """GRPOTrainer with seams around its phases (imported lazily: TRL is slow to import)."""
     # TRL's profiling module imports mlflow whenever it is installed (~3 s per job on 2 cores)
-    # although this trainer reports to nothing (report_to="none"); race.tracking.mlflow_runs does
-    # the
-    # MLflow logging, and only when asked to.
+    # although this trainer reports to nothing (report_to="none"); race.tracking.mlflow_runs
+    # does the MLflow logging, and only when asked to.
     os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
     from trl import GRPOTrainer
 
