@@ -48,8 +48,8 @@ def main() -> None:
                     walls[groups].append(time.perf_counter() - t0)
             print(f"{size} round {r}: whole {walls[1][-1]:.1f} s, {LENGTH_GROUPS} groups "
                   f"{walls[LENGTH_GROUPS][-1]:.1f} s", flush=True)
-        ratio = statistics.median(g / w for g, w in zip(walls[LENGTH_GROUPS], walls[1],
-                                                                  strict=True))
+        pairs = zip(walls[LENGTH_GROUPS], walls[1], strict=True)
+        ratio = statistics.median(g / w for g, w in pairs)
         print(f"{size}: median wall ratio {LENGTH_GROUPS} groups / whole = {ratio:.2f}")
         for groups, rec in records.items():
             print(f"  groups {groups}: final loss {rec['final_loss']:.5f}, executed / model "

@@ -52,11 +52,13 @@ def _lr(step: int, spec: PRMSpec) -> float:
     return spec.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def fit(model, train: list[tuple[list[int], list[int]]], spec: PRMSpec, pad_id: int) -> dict:
+def fit(model, train: list[tuple[list[int], list[int]]], spec: PRMSpec, pad_id: int,
+        length_groups_per_batch: int = LENGTH_GROUPS) -> dict:
     """Full fine-tuning: ``spec.steps`` AdamW steps on seeded epochs of ``train`` (encoded
     examples), cross-entropy at the step-separator positions only (every other target is
     :data:`IGNORE_INDEX`). Returns the loss and the pre FLOPs (model: real tokens, causal;
-    executed: the padded micro-batches, the attention kernel's block) and tokens."""
+    executed: the padded micro-batches, the attention kernel's block) and tokens. Each batch
+    runs as ``length_groups_per_batch`` micro-batches (:mod:`race.policy.optim`; 1 = whole)."""
     arch = flops.Arch.from_config(model.config)
     attention = "full" if spec.attn_implementation == "eager" else "sdpa"
     gen = torch.Generator().manual_seed(spec.seed)
@@ -71,7 +73,7 @@ def fit(model, train: list[tuple[list[int], list[int]]], spec: PRMSpec, pad_id: 
             order += torch.randperm(len(train), generator=gen).tolist()
         batch = [train[i] for i in order[:spec.batch_size]]
         order = order[spec.batch_size:]
-        batches = length_groups(batch, pad_id, LENGTH_GROUPS)
+        batches = length_groups(batch, pad_id, length_groups_per_batch)
         losses.append(optimizer_step(model, opt, _lr(step, spec), batches))
         lengths = [len(x) for x, _ in batch]
         model_flops += sum(prm_train_flops(arch, n) for n in lengths)
@@ -163,7 +165,8 @@ def _phase(p: PhaseFlops) -> dict:
 
 
 def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
-              out_dir: str | Path, spec: PRMSpec | None = None) -> dict:
+              out_dir: str | Path, spec: PRMSpec | None = None,
+              length_groups_per_batch: int = LENGTH_GROUPS) -> dict:
     """Train PRM ladder size ``size`` on step labels; returns the ``prm.json`` record
     (metrics that are undefined -- one class only among the held-out steps -- are None).
 
@@ -214,7 +217,8 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
 
     model, init = init_classifier(size, tokenizer, policies, spec)
     pad = tokenizer.pad_token_id
-    fitted = fit(model, [encode(tokenizer, e) for e in train_ex], spec, pad)
+    fitted = fit(model, [encode(tokenizer, e) for e in train_ex], spec, pad,
+                 length_groups_per_batch)
 
     metrics = heldout_metrics(model, tokenizer, test_ex)
 

@@ -7,7 +7,9 @@ mean weighted by its share of the batch's labelled tokens), so the gradient is t
 batch's up to float rounding; what changes is the padding the kernels run on (executed
 FLOPs), which a batch of mixed lengths padded to its longest row mostly spends on pad tokens.
 Rows are independent under right padding and causal attention, so a row's outputs do not
-depend on its batch-mates either.
+depend on its batch-mates either. Dropout is the exception: where it is active (the PRM's
+token-classifier head has transformers' default 0.1) its masks are drawn per micro-batch, so
+grouping gives other draws of the same distribution, not the same numbers.
 """
 
 from __future__ import annotations

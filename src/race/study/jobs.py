@@ -26,7 +26,7 @@ the rule passes the threads Snakemake gave it (``resources.<rule>.threads``, cap
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields
 
 from race.data.teacher import TeacherSpec
 from race.study import cells as C
@@ -285,19 +285,7 @@ def job_for_cell(verb: str, config: dict, key: str, budget: float | None = None)
 
 def to_json(job) -> str:
     """The job as JSON (what a Snakemake rule passes to ``race <verb> --job``)."""
-    return json.dumps(_plain(job), sort_keys=True)
-
-
-def _plain(value):
-    """``dataclasses.asdict`` without its deep copies (the result is only serialized): the
-    rules build one job per Snakemake job, so this runs 20,000 times on a 10,000-cell grid."""
-    if is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+    return json.dumps(asdict(job), sort_keys=True)
 
 
 def from_json(cls, text: str):
