@@ -2,16 +2,18 @@
 
     python bench/prm_draws.py [--size mini] [--seeds 0 1] [--groups 4 1]
                               [--steps 3000] [--lr 1e-3] [--results results]
+                              [--set prm.init=random ...]
 
 Trains the PRM of ladder size ``--size`` exactly as ``race prm`` does (the config's ``prm:``
-section; ``--steps`` and ``--lr`` override its steps and learning rate) on the base policies of a
-finished study (``--results``, after ``make run``), once per seed x micro-batches per batch
-(``--groups``: 1 = each batch padded whole, :data:`race.policy.optim.LENGTH_GROUPS` = what the
-study runs), into temporary folders. Prints one line per run: the held-out step AUC overall and
-per error family (``prm.json``'s ``auc`` and ``auc_by_error``), the final training loss and the
-wall seconds. Gate A wants the strong (mini) PRM at 0.90 or more and above the weak one;
-whether it gets there for more than one draw is what this shows. Prints, never asserts; about
-3 minutes per run at 1500 steps on one core.
+section; ``--steps`` and ``--lr`` override its steps and learning rate, ``--set`` any key, e.g.
+``prm.init=random``) on the base policies of a finished study (``--results``, after ``make run``),
+once per seed x micro-batches per batch (``--groups``: 1 = each batch padded whole,
+:data:`race.policy.optim.LENGTH_GROUPS` = what the study runs), into temporary folders.
+Prints one line per run: the held-out step AUC overall, on the step lines alone (answer lines
+left out: ``heldout.sampled_no_answer``) and per error family (``prm.json``'s ``auc`` and
+``auc_by_error``), the final training loss and the wall seconds. Gate A wants the strong (mini)
+PRM at 0.90 or more and above the weak one; whether it gets there for more than one draw is
+what this shows. Prints, never asserts; about 3 minutes per run at 1500 steps on one core.
 """
 
 import argparse
@@ -20,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from base_headroom import apply_overrides
 
 from race.feedback.prm_training import train_prm
 from race.policy.optim import LENGTH_GROUPS
@@ -37,16 +40,17 @@ def main() -> None:
     parser.add_argument("--groups", nargs="+", type=int, default=[LENGTH_GROUPS])
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--set", dest="overrides", nargs="*", default=[])
     args = parser.parse_args()
     torch.set_num_threads(1)
-    config = check_config(load_config(args.config))
+    config = check_config(apply_overrides(load_config(args.config), args.overrides))
     results = args.results or Path(config["results_dir"])
     spec = PRMSpec.from_config(config["prm"])
     spec = replace(spec, steps=args.steps or spec.steps,
                    learning_rate=args.lr or spec.learning_rate)
     policies = [results / "base" / f"size~{s}" for s in config["sizes"]]
-    print(f"PRM {args.size}: steps {spec.steps}, lr {spec.learning_rate:g}, base policies of "
-          f"{results}", flush=True)
+    print(f"PRM {args.size}: steps {spec.steps}, lr {spec.learning_rate:g}, "
+          f"{' '.join(args.overrides)} base policies of {results}", flush=True)
     for seed in args.seeds:
         for groups in args.groups:
             with tempfile.TemporaryDirectory() as out:
@@ -54,7 +58,9 @@ def main() -> None:
                               replace(spec, seed=seed), length_groups_per_batch=groups)
             families = "  ".join(f"{k} {v:.2f}" for k, v in sorted(r["auc_by_error"].items())
                                  if v is not None)
-            print(f"  seed {seed} groups {groups}: AUC {r['auc']:.3f} | {families} | final loss "
+            steps = r["heldout"]["sampled_no_answer"]["auc"]  # None: one class only
+            print(f"  seed {seed} groups {groups}: AUC {r['auc']:.3f} (step lines "
+                  f"{'n/a' if steps is None else f'{steps:.3f}'}) | {families} | final loss "
                   f"{r['final_loss']:.3f} | {r['wall_s']:.0f} s", flush=True)
 
 

@@ -97,8 +97,10 @@ def main() -> None:
         paired = [paired_z(args.results, r) for _, r in g.iterrows()]
         print(f"    paired per-prompt z >= 2: {sum(z >= 2 for z in paired)} of {len(g)} "
               f"(z: {', '.join(f'{z:.1f}' for z in paired)})")
-    print("== rule+prm vs rule at the top rung")
     at_top = full[full.budget == top]
+    if not {"rule", "rule+prm"} <= set(at_top.reward):
+        return  # a study without both rewards (bench/task_seeds.py: rule only)
+    print("== rule+prm vs rule at the top rung")
     for size in SIZES:
         table = at_top[at_top["size"] == size].pivot_table(
             index="alloc", columns="reward", values=f"acc_{T}")
