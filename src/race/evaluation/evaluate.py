@@ -81,6 +81,7 @@ from race.atomic import write_json_atomic
 from race.data.task import Record, load_jsonl
 from race.evaluation.evaluator import Evaluator, add_flops, flops_json
 from race.evaluation.snapshot import load_snapshot, rung_info
+from race.policy.device import prepare_device
 from race.study.specs import EvalSpec
 
 EVAL_FORMAT = "race-eval/1"
@@ -90,51 +91,57 @@ def _load_split(data_dir: str | Path, name: str) -> list[Record]:
     return load_jsonl(Path(data_dir) / f"{name}.jsonl")
 
 
-def _resolve_prm(prm, spec: EvalSpec, results_dir: str | Path):
+def _resolve_prm(prm, spec: EvalSpec, results_dir: str | Path, device: str):
     """(scorer or None, description). A string is loaded with race.feedback.loading.load_prm
-    (imported here: the feedback models are only needed when a PRM is used)."""
+    on ``device`` (imported here: the feedback models are only needed when a PRM is used)."""
     prm = spec.prm if prm is None else prm
     if prm is None or "prm_bon" not in spec.targets:
         return None, None
     if isinstance(prm, str | Path):
         from race.feedback.loading import load_prm
 
-        return load_prm(str(prm), results_dir=str(results_dir)), str(prm)
+        return load_prm(str(prm), results_dir=str(results_dir), device=device), str(prm)
     return prm, getattr(prm, "name", type(prm).__name__)
 
 
-def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path):
+def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path, device: str):
     if reward is None or "native_reward" not in spec.targets:
         return None, None
     if isinstance(reward, dict):
         from race.feedback.rewards import build_reward
 
-        return build_reward(reward, tokenizer=tokenizer, results_dir=str(results_dir)), reward
+        # Its feedback model computes beside the policy unless the entry names a device.
+        return build_reward({"device": device, **reward}, tokenizer=tokenizer,
+                            results_dir=str(results_dir)), reward
     return reward, getattr(reward, "__name__", type(reward).__name__)
 
 
 def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = None,
              spec: EvalSpec | None = None, *, adapter: str | Path | None = None,
              reward: dict | Callable | None = None, prm: str | Path | Any | None = None,
-             results_dir: str | Path = "results", dtype: str = "float32") -> dict:
+             results_dir: str | Path = "results", dtype: str = "float32",
+             device: str = "auto") -> dict:
     """Evaluate one snapshot on every target of ``spec``; returns (and writes to ``out``) the
     ``eval.json`` payload.
 
     ``reward``: a ``rewards:`` entry (dict, built with race.feedback.rewards.build_reward) or a
     reward object; ``prm``: a PRM ladder name (``results_dir/prm/size~NAME``), a path or hub id
     (loaded with race.feedback.loading.load_prm), or a scorer object; ``None`` falls back to
-    ``spec.prm``. ``dtype``: the weights' dtype (``training.dtype``).
+    ``spec.prm``. ``dtype``: the weights' dtype (``training.dtype``); ``device``: the
+    config's ``device`` (:mod:`race.policy.device`), for the policy and its feedback models.
     """
     t0 = time.perf_counter()
     spec = spec or EvalSpec()
     rung = rung_info(adapter)  # before any compute: a damaged ledger fails here, by name
+    device = prepare_device(device)
     # Read only the splits the targets use (an in-distribution-only data folder is enough).
     eval_in = _load_split(data_dir, "eval_in") if set(spec.targets) - {"ood_pass1"} else []
     eval_ood = _load_split(data_dir, "eval_ood") if "ood_pass1" in spec.targets else []
     snap = load_snapshot(policy, adapter, merge=spec.merge_adapter,
-                         attn_implementation=spec.attn_implementation, dtype=dtype)
-    scorer, prm_name = _resolve_prm(prm, spec, results_dir)
-    reward_fn, reward_desc = _resolve_reward(reward, spec, snap.tokenizer, results_dir)
+                         attn_implementation=spec.attn_implementation, dtype=dtype,
+                         device=device)
+    scorer, prm_name = _resolve_prm(prm, spec, results_dir, device)
+    reward_fn, reward_desc = _resolve_reward(reward, spec, snap.tokenizer, results_dir, device)
     evaluator = Evaluator(snap, eval_in, eval_ood, spec, prm=scorer, reward=reward_fn)
     results = evaluator.run()
     payload = {
@@ -179,7 +186,7 @@ def run_evaluation(job):
             targets=tuple(snapshot.targets))
         payload = evaluate(job.policy, job.data_dir, snapshot.out, spec,
                            adapter=snapshot.adapter, reward=job.reward, prm=job.prm,
-                           results_dir=job.results_dir, dtype=job.dtype)
+                           results_dir=job.results_dir, dtype=job.dtype, device=job.device)
         if job.mlflow is not None and job.mlflow.enabled and snapshot.adapter is not None:
             from race.tracking.eval_metrics import log_to_mlflow
 

@@ -34,8 +34,10 @@ def lora_spec_of(adapter_dir: str | Path) -> flops.LoraSpec:
 
 
 def load_snapshot(policy: str | Path, adapter: str | Path | None = None, *, merge: bool = True,
-                  attn_implementation: str = "sdpa", dtype: str = "float32") -> Snapshot:
-    """Base policy (in ``dtype``, no remote code) + optionally the LoRA adapter in ``adapter``.
+                  attn_implementation: str = "sdpa", dtype: str = "float32",
+                  device: str = "cpu") -> Snapshot:
+    """Base policy (in ``dtype``, on ``device``: ``cpu`` or ``cuda``, no remote code) +
+    optionally the LoRA adapter in ``adapter``.
 
     ``merge``: fold the adapter into the base weights (``merge_and_unload``); otherwise keep it
     as a separate PEFT module and charge its FLOPs. The tokenizer is the base policy's.
@@ -60,7 +62,7 @@ def load_snapshot(policy: str | Path, adapter: str | Path | None = None, *, merg
             model = model.merge_and_unload()
         else:
             lora = lora_spec_of(adapter)
-    model.eval()
+    model.to(device).eval()
     return Snapshot(model, load_tokenizer(policy), arch, lora, str(policy),
                     None if adapter is None else str(adapter), adapter is not None and merge)
 

@@ -105,8 +105,8 @@ def load_feedback_model(spec_or_path, results_dir: str | Path = "results", *,
     return TokenClassifierPRM(path, **common)
 
 
-def load_prm(path_or_spec, results_dir: str | Path = "results") -> FeedbackModel:
+def load_prm(path_or_spec, results_dir: str | Path = "results", **options) -> FeedbackModel:
     """For best-of-n reranking: an object with ``score(prompts, completions, aggregate="min")
     -> list[float]`` and ``consume() -> PhaseFlops`` (the eval FLOPs of scoring). Accepts
-    what :func:`load_feedback_model` accepts."""
-    return load_feedback_model(path_or_spec, results_dir)
+    what :func:`load_feedback_model` accepts (``options``: :data:`MODEL_OPTIONS`)."""
+    return load_feedback_model(path_or_spec, results_dir, **options)

@@ -87,6 +87,8 @@ from race.feedback.prm_data import (
 from race.feedback.scores import AGGREGATES, as_text
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
+from race.policy.device import DEVICES
+from race.policy.device import resolve_device as policy_device
 
 QWEN_STEP_TOKEN = "<extra_0>"
 #: The system turn of the Qwen2.5-Math-PRM model card's usage example.
@@ -133,7 +135,11 @@ class _Ledger:
 
 
 def resolve_device(device: str | None) -> str:
-    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+    """A feedback model's device: None or a ``device`` key value (auto, cpu, cuda; see
+    :mod:`race.policy.device`), or any torch device string (``cuda:1``) as it is."""
+    if device is None or device in DEVICES:
+        return policy_device(device)
+    return device
 
 
 def resolve_dtype(dtype: str | None, device: str):

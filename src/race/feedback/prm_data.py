@@ -301,13 +301,14 @@ def shared_tokenizer(policies: Sequence[str]):
 
 
 def sample_completions(policies: Sequence[str], prompts: list[str], *, per_prompt: int,
-                       max_new_tokens: int, temperature: float, seed: int, batch_size: int):
+                       max_new_tokens: int, temperature: float, seed: int, batch_size: int,
+                       device: str = "cpu"):
     """``per_prompt`` sampled completions per prompt from every base policy (grouped by
     prompt, policies in order) and the generation FLOPs of sampling as a ``PhaseFlops``:
     KV-cached ``generate`` (:func:`race.flops.analytic.batch_generate_flops`), model = real prompt
     and
     completion tokens, executed = the left-padded batches as they ran; tokens = completion
-    tokens generated."""
+    tokens generated. The policies sample on ``device`` (``cpu`` or ``cuda``)."""
     import torch
 
     from race.data.tokenizer import load_tokenizer
@@ -319,7 +320,7 @@ def sample_completions(policies: Sequence[str], prompts: list[str], *, per_promp
     grouped: list[list[str]] = [[] for _ in prompts]
     model = executed = tokens = 0
     for policy_dir in policies:
-        policy = load_policy(policy_dir, dtype=torch.float32)
+        policy = load_policy(policy_dir, dtype=torch.float32).to(device)
         gens = generate(policy, load_tokenizer(policy_dir), prompts, do_sample=True,
                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                         num_return_sequences=per_prompt, batch_size=batch_size)

@@ -96,8 +96,9 @@ def predict(model, encoded: list[tuple[list[int], list[int]]], pad_id: int,
     with torch.no_grad():
         for start in range(0, len(encoded), batch_size):
             b = collate(encoded[start:start + batch_size], pad_id)
-            probs = model(input_ids=b.input_ids,
-                          attention_mask=b.attention_mask).logits.softmax(-1)[..., 1]
+            probs = model(input_ids=b.input_ids.to(model.device),
+                          attention_mask=b.attention_mask.to(model.device)
+                          ).logits.softmax(-1)[..., 1].cpu()
             keep = b.labels != IGNORE_INDEX
             scores += probs[keep].tolist()
             labels += b.labels[keep].tolist()
@@ -166,7 +167,7 @@ def _phase(p: PhaseFlops) -> dict:
 
 def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
               out_dir: str | Path, spec: PRMSpec | None = None,
-              length_groups_per_batch: int = LENGTH_GROUPS) -> dict:
+              length_groups_per_batch: int = LENGTH_GROUPS, device: str = "cpu") -> dict:
     """Train PRM ladder size ``size`` on step labels; returns the ``prm.json`` record
     (metrics that are undefined -- one class only among the held-out steps -- are None).
 
@@ -191,7 +192,8 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
     Output: ``model.safetensors`` + ``config.json`` + tokenizer (``save_pretrained``),
     ``prm.json`` (metrics, the ``pre`` FLOPs of sampling and of training, model and executed,
     tokens, wall seconds, the spec) and ``samples.jsonl`` (every example with its labels,
-    error families, source and split). Deterministic for a seed (and thread count).
+    error families, source and split). Deterministic for a seed (and thread count) on one
+    device; sampling and training run on ``device`` (``cpu`` or ``cuda``).
     """
     from race.data.task import load_jsonl, write_jsonl
     from race.policy.ladder import count_parameters
@@ -206,7 +208,7 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
     samples, sampling = sample_completions(
         policies, [r.prompt for r in records], per_prompt=spec.samples_per_prompt,
         max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, seed=spec.seed,
-        batch_size=spec.sample_batch_size)
+        batch_size=spec.sample_batch_size, device=device)
     examples = build_examples(records, samples, target=spec.target_positive_rate,
                               tolerance=spec.balance_tolerance, seed=spec.seed)
     held = split_prompts([r.prompt for r in records], spec.heldout_frac, spec.seed)
@@ -216,6 +218,7 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
         raise ValueError("race prm: no training example (raise prm.n_prompts)")
 
     model, init = init_classifier(size, tokenizer, policies, spec)
+    model.to(device)  # initialised on the CPU: a seed gives the same model on either device
     pad = tokenizer.pad_token_id
     fitted = fit(model, [encode(tokenizer, e) for e in train_ex], spec, pad,
                  length_groups_per_batch)
@@ -283,4 +286,7 @@ def run_prm(job) -> dict:
     if job.size not in LADDER_DIALS:
         raise ValueError(f"race prm: size must be a ladder size ({', '.join(LADDER_DIALS)}), "
                          f"got {job.size!r}")
-    return train_prm(job.size, job.policies, job.data_dir, job.out_dir, job.spec)
+    from race.policy.device import prepare_device
+
+    return train_prm(job.size, job.policies, job.data_dir, job.out_dir, job.spec,
+                     device=prepare_device(job.device))

@@ -68,9 +68,10 @@ from race.study.jobs import TrainJob, to_json
 
 ADAPTER_FILE = "adapter_model.safetensors"
 #: TrainJob fields that do not change the trajectory (where it is logged, how it is named; the
-#: rungs only decide where to snapshot, and a change of rungs is handled apart)
+#: rungs only decide where to snapshot, and a change of rungs is handled apart; the device only
+#: where it computes: a run resumed on another device goes on, its numbers differing by rounding)
 NOT_TRAJECTORY = ("run_dir", "results_dir", "run_key", "study", "mlflow", "tags", "rungs",
-                  "save_every")
+                  "save_every", "device")
 
 
 class BudgetError(ValueError):
@@ -171,7 +172,8 @@ def progress_line(row: dict, budget: float) -> str:
 class MeteredRun:
     """The bookkeeping of one run; the TRL trainer drives it through ``BudgetCallback``."""
 
-    def __init__(self, job: TrainJob, arch: flops.Arch, reward, max_prompt_len: int):
+    def __init__(self, job: TrainJob, arch: flops.Arch, reward, max_prompt_len: int,
+                 device: str = "cpu"):
         self.job = job
         self.run_dir = Path(job.run_dir)
         self.reward = reward
@@ -179,7 +181,7 @@ class MeteredRun:
                                num_iterations=job.alloc.num_iterations,
                                grad_ckpt=job.gradient_checkpointing,
                                attn_implementation=job.attn_implementation,
-                               head_all_positions=not fused_head_is_compact())
+                               head_all_positions=not fused_head_is_compact(device))
         self.worst = BatchShapes.worst_case(job.alloc.rows, max_prompt_len,
                                             job.alloc.max_completion_length)
         self.reward_bound = reward.bound(job.alloc.rows, max_prompt_len,
@@ -374,12 +376,14 @@ def run_training(job: TrainJob) -> dict:
 
     from race.data.tokenizer import load_tokenizer
     from race.feedback.rewards import build_reward
+    from race.policy.device import prepare_device
     from race.policy.ladder import load_policy
 
     run_dir = Path(job.run_dir)
     finished = _reuse_finished(job, run_dir)
     if finished is not None:
         return finished
+    device = prepare_device(job.device)  # a GPU asked for and absent: an error, nothing written
     (run_dir / DONE).unlink(missing_ok=True)
     (run_dir / "train.json").unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -390,8 +394,10 @@ def run_training(job: TrainJob) -> dict:
     policy = load_policy(job.base, attn_implementation=job.attn_implementation,
                          dtype=getattr(torch, job.dtype))
     arch = flops.Arch.from_config(policy.config)
-    reward = build_reward(job.reward, tokenizer=tokenizer, results_dir=job.results_dir)
-    run = MeteredRun(job, arch, reward, max_prompt)
+    # The feedback model computes beside the policy unless its rewards: entry names a device.
+    reward = build_reward({"device": device, **job.reward}, tokenizer=tokenizer,
+                          results_dir=job.results_dir)
+    run = MeteredRun(job, arch, reward, max_prompt, device)
 
     first = run.first_step_bound()
     if first > job.rungs[0]:
@@ -410,7 +416,7 @@ def run_training(job: TrainJob) -> dict:
             # A rung snapshot taken before this checkpoint lost its adapter (or the rungs
             # changed): only a fresh run can rewrite it. Deterministic: every rung comes out
             # the same.
-            run = MeteredRun(job, arch, reward, max_prompt)
+            run = MeteredRun(job, arch, reward, max_prompt, device)
             resume = None
         else:
             kept = len(run.ledger.steps)
@@ -441,8 +447,9 @@ def run_training(job: TrainJob) -> dict:
                       target_modules=list(job.alloc.lora_targets), lora_dropout=0.0,
                       bias="none", task_type="CAUSAL_LM")
     trainer_cls = metered_trainer_class()
-    trainer = trainer_cls(model=policy, reward_funcs=[reward], args=grpo_config(job, max_steps),
-                          train_dataset=dataset, processing_class=tokenizer, peft_config=lora,
+    trainer = trainer_cls(model=policy, reward_funcs=[reward],
+                          args=grpo_config(job, max_steps, device), train_dataset=dataset,
+                          processing_class=tokenizer, peft_config=lora,
                           callbacks=[budget_callback_class()(run)])
     trainer._init_meter_state()
     from transformers.trainer_callback import PrinterCallback

@@ -87,25 +87,26 @@ def budget_callback_class():
     return BudgetCallback
 
 
-def fused_head_is_compact() -> bool:
+def fused_head_is_compact(device: str = "cpu") -> bool:
     """Whether TRL's fused LM head scores only the labelled positions (Triton devices) rather
-    than every position (elsewhere, e.g. CPU)."""
+    than every position (elsewhere, e.g. CPU), on the run's ``device`` (``cpu`` or ``cuda``:
+    a CPU job on a GPU host runs the CPU's head)."""
     import torch
 
     try:
         from trl.trainer.utils import _use_triton
     except ImportError:  # a TRL without the fused head: logits at completion positions only
         return True
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return bool(_use_triton(device))
+    return bool(_use_triton(torch.device(device)))
 
 
 
 
-def grpo_config(job, max_steps: int):
+def grpo_config(job, max_steps: int, device: str = "cpu"):
     """The TRL config of a :class:`race.study.jobs.TrainJob`: one generation batch per
     optimizer step, LR constant after ``warmup_steps``, weights in ``job.dtype`` (bf16 autocast
-    when bfloat16)."""
+    when bfloat16), on ``device`` (resolved: ``cpu`` or ``cuda``; the trainer moves the policy
+    there)."""
     from trl import GRPOConfig
 
     a = job.alloc
@@ -133,7 +134,9 @@ def grpo_config(job, max_steps: int):
         max_steps=max_steps,
         seed=job.seed,
         data_seed=job.seed,
-        use_cpu=True,
+        # TRL's accelerator moves the policy to its device: with use_cpu=True on a GPU host the
+        # policy would silently stay on the CPU, and without it on a CPU job it would take a GPU.
+        use_cpu=device == "cpu",
         # The policy is loaded in job.dtype; bf16 also runs the step under bf16 autocast.
         bf16=job.dtype == "bfloat16",
         activation_checkpointing=job.gradient_checkpointing,

@@ -89,7 +89,7 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
         index = order[start:start + batch_size]
         chunk = [expanded[i] for i in index]
         enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
-                        add_special_tokens=False)
+                        add_special_tokens=False).to(model.device)
         torch.manual_seed(seed * 1_000_003 + bi)
         with torch.no_grad():
             gen = model.generate(

@@ -86,13 +86,15 @@ class Teacher:
 def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path,
              spec: PretrainSpec | None = None, layers: int | None = None,
              teacher: TeacherSpec | None = None, max_value: int | None = None,
-             length_groups_per_batch: int = LENGTH_GROUPS) -> dict:
+             length_groups_per_batch: int = LENGTH_GROUPS, device: str = "cpu") -> dict:
     """SFT ladder size ``size`` from random init; returns the ``pre`` record (also saved).
 
     ``teacher`` (default: the schema's) writes the solutions (module docstring); its slips
     stay in ``[0, max_value]`` (default: the task's). ``layers`` overrides the rung's depth
     (ablations only; the study uses the ladder as is). ``length_groups_per_batch``: the
     micro-batches each batch runs as (:mod:`race.policy.optim`; 1 = the batch padded whole).
+    ``device``: ``cpu`` or ``cuda`` (the weights are initialised on the CPU, so a seed gives the
+    same initial model on either).
     """
     import torch
 
@@ -104,7 +106,7 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
     tokenizer = load_tokenizer(tokenizer_dir)
     train = load_jsonl(data_dir / "train.jsonl")
     eval_in = load_jsonl(data_dir / "eval_in.jsonl")[: spec.eval_examples]
-    model = build_ladder_model(size, tokenizer, seed=spec.seed, layers=layers)
+    model = build_ladder_model(size, tokenizer, seed=spec.seed, layers=layers).to(device)
     arch = flops.Arch.from_config(model.config)
     params, non_embedding = count_parameters(model)
 
@@ -176,5 +178,8 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
 
 def run_pretrain(job) -> dict:
     """``race pretrain``: a :class:`race.study.jobs.PretrainJob`."""
+    from race.policy.device import prepare_device
+
     return pretrain(job.size, job.data_dir, job.tokenizer_dir, job.out_dir, job.spec,
-                    teacher=job.teacher, max_value=job.max_value)
+                    teacher=job.teacher, max_value=job.max_value,
+                    device=prepare_device(job.device))

@@ -17,8 +17,10 @@ The Snakemake rules call these builders and hand the JSON to the verb; a human r
 with :func:`to_json` / :func:`from_json`); building one imports no model code, so the
 Snakemake process stays light.
 
-Train and evaluate jobs carry ``dtype`` (``training.dtype``: the dtype the policy is loaded
-and computed in; base-policy and PRM training stay float32). Threads are not part of a job:
+Every job carries ``device`` (the config's ``device``: auto, cpu or cuda, resolved where the
+job runs by :mod:`race.policy.device`). Train and evaluate jobs carry ``dtype``
+(``training.dtype``: the dtype the policy is loaded and computed in; base-policy and PRM
+training stay float32). Threads are not part of a job:
 the rule passes the threads Snakemake gave it (``resources.<rule>.threads``, capped by
 ``--cores``) as ``--threads``, so changing them reruns nothing.
 """
@@ -67,6 +69,7 @@ class TrainJob:
     attn_implementation: str = _training("attn_implementation")
     gradient_checkpointing: bool = _training("gradient_checkpointing")
     dtype: str = _training("dtype")
+    device: str = default("device")
     results_dir: str = default("results_dir")
     tags: dict = field(default_factory=dict)
 
@@ -114,6 +117,7 @@ class EvalJob:
     prm: str | None = None  # PRM of prm_bon (directory or hub id); None: spec.prm
     results_dir: str = default("results_dir")
     dtype: str = _training("dtype")
+    device: str = default("device")
     # Set by hand to log eval/<target> to a run's MLflow run as each snapshot is evaluated;
     # the workflow leaves it None (its mlflow_log job adds every evaluation).
     mlflow: MlflowSpec | None = None
@@ -132,6 +136,7 @@ class PretrainJob:
     spec: PretrainSpec = field(default_factory=PretrainSpec)
     teacher: TeacherSpec = field(default_factory=TeacherSpec)
     max_value: int = default("task", "max_value")  # the teacher's slips stay in [0, max_value]
+    device: str = default("device")
 
 
 @dataclass
@@ -143,6 +148,7 @@ class PrmJob:
     data_dir: str
     out_dir: str
     spec: PRMSpec = field(default_factory=PRMSpec)
+    device: str = default("device")
 
 
 JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": PrmJob}
@@ -170,6 +176,7 @@ def train_job(config: dict, cell: C.Cell) -> TrainJob:
         attn_implementation=t["attn_implementation"],
         gradient_checkpointing=t["gradient_checkpointing"],
         dtype=t["dtype"],
+        device=config["device"],
         results_dir=str(C.results(config)),
         tags={"size": cell.size, "reward": cell.reward, "alloc": cell.alloc,
               "seed": str(cell.seed)},
@@ -195,6 +202,7 @@ def _eval_job(config: dict, policy: str, snapshots: list[Snapshot], reward: str,
         prm=C.prm_dir(config, prm) if prm else None,
         results_dir=str(C.results(config)),
         dtype=config["training"]["dtype"],
+        device=config["device"],
         run_dir=run_dir,
         study=config["study"],
     )
@@ -243,14 +251,14 @@ def pretrain_job(config: dict, size: str) -> PretrainJob:
                        out_dir=C.base_dir(config, size),
                        spec=PretrainSpec.from_config(config["pretrain"]),
                        teacher=TeacherSpec.from_config(config.get("teacher")),
-                       max_value=config["task"]["max_value"])
+                       max_value=config["task"]["max_value"], device=config["device"])
 
 
 def prm_job(config: dict, size: str) -> PrmJob:
     ladder = [s for s in config["sizes"] if C.is_ladder(s)]
     return PrmJob(size=size, policies=[C.base_dir(config, s) for s in ladder],
                   data_dir=str(C.results(config) / "data"), out_dir=C.prm_dir(config, size),
-                  spec=PRMSpec.from_config(config["prm"]))
+                  spec=PRMSpec.from_config(config["prm"]), device=config["device"])
 
 
 def _ladder_size(key: str, sizes: list[str], what: str) -> str:

@@ -1,0 +1,44 @@
+"""Where a model job computes: the config's ``device`` key, resolved in the job's own process.
+
+``auto`` (the default) is CUDA when torch sees a GPU, else the CPU; ``cpu`` and ``cuda`` force
+one (``cuda`` on a machine without a visible GPU is an error that names the key, raised before
+any model is loaded). The key is resolved where the job runs, not where the workflow is parsed:
+on a cluster, the login node that parses the Snakefile has no GPU while the training node does.
+
+Every model verb (pretrain, prm, train, evaluate) and every feedback model it loads compute on
+the resolved device; on the CPU nothing moves, so the CPU default's results are unchanged.
+On CUDA, float32 matmuls may use TF32 (``torch.set_float32_matmul_precision("high")``): about
+10 mantissa bits instead of 23 for each product, with float32 accumulation -- what PyTorch
+recommends for float32 training on Ampere and later GPUs. bfloat16 weights (``training.dtype``)
+are not affected by it. The FLOP ledger counts the same matmuls on every device.
+"""
+
+from __future__ import annotations
+
+#: The values of the config's ``device`` key.
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str | None = "auto") -> str:
+    """``"cpu"`` or ``"cuda"`` for the ``device`` key's ``name`` (None: ``auto``)."""
+    import torch
+
+    name = name or "auto"
+    if name not in DEVICES:
+        raise ValueError(f"device: expected one of {', '.join(DEVICES)}, got {name!r}")
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: cuda, but torch sees no CUDA device on this machine "
+                         "(set device: auto or cpu, or run the job where a GPU is visible)")
+    return name
+
+
+def prepare_device(name: str | None = "auto") -> str:
+    """:func:`resolve_device`, and on CUDA let float32 matmuls use TF32 (module docstring)."""
+    import torch
+
+    device = resolve_device(name)
+    if device == "cuda":
+        torch.set_float32_matmul_precision("high")
+    return device

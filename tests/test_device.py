@@ -1,0 +1,98 @@
+"""Where model jobs compute: the ``device`` key from the config to every model verb, resolved in
+the job's process (CUDA absent -> CPU), a GPU asked for and absent refused before any compute,
+and the trainer's TRL config following the resolved device."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from race.policy import device as D
+from race.study import cells as C
+from race.study import jobs
+from race.study.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A machine that reports a GPU; TF32 requests are recorded, not applied."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    asked: list[str] = []
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", asked.append)
+    return asked
+
+
+def test_auto_is_the_cpu_without_a_gpu_and_cuda_with_one(no_gpu):
+    assert D.resolve_device("auto") == D.resolve_device(None) == "cpu"
+    assert D.resolve_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match="device: cuda, but torch sees no CUDA device"):
+        D.resolve_device("cuda")
+    with pytest.raises(ValueError, match="device: expected one of auto, cpu, cuda, got 'tpu'"):
+        D.resolve_device("tpu")
+
+
+def test_a_visible_gpu_is_taken_with_tf32_matmuls(gpu):
+    assert D.prepare_device("auto") == D.prepare_device("cuda") == "cuda"
+    assert gpu == ["high", "high"]
+    assert D.prepare_device("cpu") == "cpu" and len(gpu) == 2  # the CPU's precision untouched
+
+
+def test_feedback_models_resolve_the_same_way(no_gpu):
+    from race.feedback.models import resolve_device
+
+    assert resolve_device(None) == resolve_device("auto") == "cpu"
+    assert resolve_device("cuda:1") == "cuda:1"  # a torch device string passes as it is
+
+
+def test_every_model_job_carries_the_configs_device():
+    config = load_config(ROOT / "configs" / "smoke.yaml")
+    assert config["device"] == "auto"  # the schema's default
+    config = {**config, "device": "cpu"}
+    cell = C.grid_cells(config)[0]
+    built = [jobs.train_job(config, cell), jobs.eval_job(config, cell),
+             jobs.base_eval_job(config, "nano"), jobs.pretrain_job(config, "nano"),
+             jobs.prm_job(config, "nano")]
+    assert [j.device for j in built] == ["cpu"] * 5
+    assert all(jobs.from_json(type(j), jobs.to_json(j)).device == "cpu" for j in built)
+
+
+def test_the_device_is_not_part_of_the_trajectory():
+    """A run resumed on another device goes on from its checkpoint (module docstring of
+    race.grpo.run): the device changes where it computes, not what the run is."""
+    from dataclasses import replace
+
+    from race.grpo.run import job_fingerprint
+
+    job = jobs.TrainJob(base="no/base", train_data="no/data.jsonl", run_dir="r", rungs=[1.0])
+    assert job_fingerprint(job) == job_fingerprint(replace(job, device="cuda"))
+    assert job_fingerprint(job) != job_fingerprint(replace(job, dtype="bfloat16"))
+
+
+def test_trl_config_follows_the_resolved_device():
+    from race.grpo.trainer import grpo_config
+
+    job = jobs.TrainJob(base="b", train_data="d", run_dir="r", rungs=[1.0])
+    assert grpo_config(job, 3, "cpu").use_cpu is True
+    assert grpo_config(job, 3, "cuda").use_cpu is False  # TRL's accelerator takes the GPU
+
+
+def test_a_gpu_asked_for_and_absent_fails_before_anything_is_written(no_gpu, tmp_path):
+    from race.evaluation.evaluate import evaluate
+    from race.grpo.run import run_training
+
+    run_dir = tmp_path / "run"
+    job = jobs.TrainJob(base=str(tmp_path / "no-base"), train_data=str(tmp_path / "none.jsonl"),
+                        run_dir=str(run_dir), rungs=[1.0e9], device="cuda")
+    with pytest.raises(ValueError, match="device: cuda"):
+        run_training(job)
+    assert not run_dir.exists()
+    with pytest.raises(ValueError, match="device: cuda"):
+        evaluate(tmp_path / "no-base", tmp_path, tmp_path / "eval.json", device="cuda")
+    assert not (tmp_path / "eval.json").exists()
