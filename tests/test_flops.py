@@ -22,11 +22,16 @@ from transformers import (
 from race.flops import analytic as F
 from race.flops import known_configs
 from race.flops.counter import (
+    CUDA_SDPA_BACKWARD,
+    CUDA_SDPA_FORWARD,
     count_flops,
+    cuda_sdpa_formulas,
     measure_forward,
     measure_generate,
     measure_train_step,
     register_cpu_sdpa_formulas,
+    sdpa_backward_flops,
+    sdpa_forward_flops,
 )
 from race.policy.ladder import count_parameters, ladder_config
 
@@ -227,6 +232,38 @@ def test_sdpa_formulas_registered_idempotently():
         torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True).sum().backward()
     block = 2 * 4 * 7 * 7 * 8  # one (7x8)@(8x7) matmul per query head
     assert fc.total == 2 * block + 5 * block
+
+
+def test_cuda_sdpa_kernels_count_a_gqa_call_as_the_expanded_one():
+    """The flash, memory-efficient and cuDNN kernels (forward and backward), called as
+    transformers calls them for Qwen2.5-0.5B (14 query heads, 2 KV heads), through the mapping
+    count_flops hands FlopCounterMode: the count of the same call with expanded KV heads, the
+    CPU kernels' count, and torch's own formula on the expanded shapes."""
+    from torch.utils import flop_counter
+
+    mode = flop_counter.FlopCounterMode(display=False, custom_mapping=cuda_sdpa_formulas())
+    assert set(cuda_sdpa_formulas()) == set(CUDA_SDPA_FORWARD + CUDA_SDPA_BACKWARD)
+    b, h_q, h_kv, s_q, s_k, d = 2, 14, 2, 9, 11, 64
+
+    def meta(*shape):
+        return torch.empty(*shape, device="meta")
+
+    q, k, v, grad = meta(b, h_q, s_q, d), meta(b, h_kv, s_k, d), meta(b, h_kv, s_k, d), \
+        meta(b, h_q, s_q, d)
+    k_x, v_x = (b, h_q, s_k, d), (b, h_q, s_k, d)  # the expanded heads
+    forward = flop_counter.sdpa_flop_count(q.shape, k_x, v_x)
+    backward = flop_counter.sdpa_backward_flop_count(grad.shape, q.shape, k_x, v_x)
+    assert forward == 2 * (2 * b * h_q * s_q * s_k * d)
+    assert backward == 5 * (2 * b * h_q * s_q * s_k * d)
+    for op in CUDA_SDPA_FORWARD:
+        assert mode.flop_registry[op](q, k, v, 0.0, True, out_val=None) == forward
+    for op in CUDA_SDPA_BACKWARD:
+        assert mode.flop_registry[op](grad, q, k, v, out_val=None) == backward
+    assert sdpa_forward_flops(q.shape, k.shape, v.shape) == sdpa_forward_flops(
+        q.shape, k_x, v_x) == forward
+    assert sdpa_backward_flops(grad.shape, q.shape, k.shape, v.shape) == backward
+    with pytest.raises(ValueError, match="not a multiple of key/value heads"):
+        sdpa_forward_flops(q.shape, (b, 3, s_k, d), (b, 3, s_k, d))
 
 
 # --------------------------------------------------------------------------- the model's algebra

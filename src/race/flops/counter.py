@@ -1,18 +1,27 @@
-"""Measured FLOP counts: torch's ``FlopCounterMode`` with the CPU SDPA kernels registered.
+"""Measured FLOP counts: torch's ``FlopCounterMode`` with every SDPA kernel counted.
 
-Torch's FLOP registry knows the CUDA attention kernels but not the CPU ones that
-``F.scaled_dot_product_attention`` dispatches to on a CPU (``attn_implementation="sdpa"``):
-``aten._scaled_dot_product_flash_attention_for_cpu`` and its ``_backward``. Without a formula
-``FlopCounterMode`` silently counts them as 0, so a measured count loses all attention.
-:func:`register_cpu_sdpa_formulas` adds formulas with torch's own convention for its SDPA
-kernels:
+``F.scaled_dot_product_attention`` (``attn_implementation="sdpa"``) dispatches to a fused
+kernel that depends on the device: on a CPU ``aten._scaled_dot_product_flash_attention_for_cpu``
+(and its ``_backward``), on CUDA the flash, memory-efficient or cuDNN kernel
+(``aten._scaled_dot_product_{flash,efficient,cudnn}_attention`` and their ``_backward``).
+
+- Torch's FLOP registry has no entry for the CPU kernels: ``FlopCounterMode`` would silently
+  count them as 0 and a measured count would lose all attention.
+  :func:`register_cpu_sdpa_formulas` adds them to the registry.
+- Torch does register the CUDA kernels, but before 2.13 (e.g. 2.11) its formulas assert on a
+  grouped-query call, which transformers makes with the unexpanded key/value heads of every
+  Qwen2.5 model ("query/key/value shapes are incompatible"). :func:`count_flops` therefore maps
+  the CUDA kernels to the formulas here, whatever the torch version.
+
+One convention for all of them, torch's own for its SDPA kernels:
 
 - forward: the two attention matmuls over the full block, ``2 * (2·B·H_q·S_q·S_k·d)``, whatever
   ``is_causal`` or the mask (torch's CUDA formulas ignore causality too);
 - backward: five block matmuls -- the recomputed scores ``Q·Kᵀ``, then ``dP``, ``dV``, ``dQ`` and
   ``dK`` -- as the fused kernel always computes every input gradient.
 
-Query heads count (GQA keys and values with fewer heads are broadcast by the kernel).
+Query heads count: grouped keys and values (fewer heads, a divisor of the query heads) are
+broadcast by the kernel, so a GQA call costs what the same call with expanded heads costs.
 
 Measuring costs ~2.5x wall time: use it to calibrate the analytic model (tests, ``bench/``),
 never to meter a production run.
@@ -32,6 +41,14 @@ _aten = torch.ops.aten
 #: The CPU SDPA ops that need formulas (packets, as ``register_flop_formula`` wants them).
 CPU_SDPA_FORWARD = _aten._scaled_dot_product_flash_attention_for_cpu
 CPU_SDPA_BACKWARD = _aten._scaled_dot_product_flash_attention_for_cpu_backward
+#: The CUDA SDPA kernels (flash, memory-efficient, cuDNN): forward ops take (query, key, value,
+#: ...), backward ops (grad_out, query, key, value, ...), as the CPU ones do.
+CUDA_SDPA_FORWARD = (_aten._scaled_dot_product_flash_attention,
+                     _aten._scaled_dot_product_efficient_attention,
+                     _aten._scaled_dot_product_cudnn_attention)
+CUDA_SDPA_BACKWARD = (_aten._scaled_dot_product_flash_attention_backward,
+                      _aten._scaled_dot_product_efficient_attention_backward,
+                      _aten._scaled_dot_product_cudnn_attention_backward)
 
 
 def _block_matmul(batch: int, heads: int, rows: int, inner: int, cols: int) -> int:
@@ -50,16 +67,16 @@ def _check_shapes(query_shape, key_shape, value_shape) -> tuple[int, int, int, i
     return b, h_q, s_q, s_k, d_q, d_v
 
 
-def cpu_sdpa_forward_flops(query_shape, key_shape, value_shape, *args, out_shape=None,
+def sdpa_forward_flops(query_shape, key_shape, value_shape, *args, out_shape=None,
                            **kwargs) -> int:
-    """FLOPs of one CPU SDPA forward: scores ``Q·Kᵀ`` and output ``P·V`` over the full block."""
+    """FLOPs of one SDPA forward: scores ``Q·Kᵀ`` and output ``P·V`` over the full block."""
     b, h, s_q, s_k, d_qk, d_v = _check_shapes(query_shape, key_shape, value_shape)
     return _block_matmul(b, h, s_q, d_qk, s_k) + _block_matmul(b, h, s_q, s_k, d_v)
 
 
-def cpu_sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args,
+def sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args,
                             out_shape=None, **kwargs) -> int:
-    """FLOPs of one CPU SDPA backward: recomputed scores, then dP, dV, dQ and dK (5 matmuls)."""
+    """FLOPs of one SDPA backward: recomputed scores, then dP, dV, dQ and dK (5 matmuls)."""
     b, h, s_q, s_k, d_qk, d_v = _check_shapes(query_shape, key_shape, value_shape)
     if tuple(grad_out_shape) != (b, h, s_q, d_v):
         raise ValueError(f"grad_out shape {grad_out_shape} does not match q={query_shape}")
@@ -78,11 +95,18 @@ def register_cpu_sdpa_formulas() -> None:
     registered by an earlier call, or by a future torch that ships its own formula -- is left
     as it is.
     """
-    formulas = {CPU_SDPA_FORWARD: cpu_sdpa_forward_flops,
-                CPU_SDPA_BACKWARD: cpu_sdpa_backward_flops}
+    formulas = {CPU_SDPA_FORWARD: sdpa_forward_flops,
+                CPU_SDPA_BACKWARD: sdpa_backward_flops}
     for op, formula in formulas.items():
         if op not in _fc.flop_registry:
             _fc.register_flop_formula(op)(formula)
+
+
+def cuda_sdpa_formulas() -> dict:
+    """The CUDA SDPA kernels mapped to this module's formulas (``FlopCounterMode``'s
+    ``custom_mapping``: it takes precedence over torch's registry)."""
+    return {**{op: sdpa_forward_flops for op in CUDA_SDPA_FORWARD},
+            **{op: sdpa_backward_flops for op in CUDA_SDPA_BACKWARD}}
 
 
 @dataclass
@@ -95,7 +119,7 @@ class FlopCount:
 
 @contextmanager
 def count_flops(display: bool = False) -> Iterator[FlopCount]:
-    """Count the FLOPs torch executes inside the block (CPU SDPA included).
+    """Count the FLOPs torch executes inside the block (every SDPA kernel, GQA included).
 
     Usage::
 
@@ -109,7 +133,7 @@ def count_flops(display: bool = False) -> Iterator[FlopCount]:
     """
     register_cpu_sdpa_formulas()
     result = FlopCount()
-    mode = _fc.FlopCounterMode(display=display)
+    mode = _fc.FlopCounterMode(display=display, custom_mapping=cuda_sdpa_formulas())
     with mode:
         yield result
     result.total = int(mode.get_total_flops())
