@@ -56,18 +56,19 @@ def _lora(model, targets):
                                             lora_dropout=0.0))
 
 
-def _phases(values: dict, impl: str):
-    """Yield (phase, measure() -> int, analytic executed, analytic model) per phase."""
+def _phases(values: dict, impl: str, device: str = "cpu"):
+    """Yield (phase, measure() -> int, analytic executed, analytic model) per phase, the
+    models and inputs on ``device`` (bench/gpu_check.py measures on CUDA)."""
     arch = F.Arch.from_config(_config(values, impl))
     att = "full" if impl == "eager" else "sdpa"
     vocab = values["vocab_size"]
 
     def ids(n):
-        return torch.randint(3, vocab, (BATCH, n))
+        return torch.randint(3, vocab, (BATCH, n), device=device)
 
     def causal_lm():
         torch.manual_seed(0)
-        return Qwen2ForCausalLM(_config(values, impl))
+        return Qwen2ForCausalLM(_config(values, impl)).to(device)
 
     yield ("forward", lambda: measure_forward(causal_lm().eval(), ids(SEQ)),
            BATCH * F.forward_flops(arch, SEQ, attention=att), BATCH * F.forward_flops(arch, SEQ))
@@ -96,7 +97,7 @@ def _phases(values: dict, impl: str):
     def reward():
         torch.manual_seed(0)
         return measure_forward(Qwen2ForTokenClassification(_config(values, impl, num_labels=2))
-                               .eval(), ids(SEQ))
+                               .to(device).eval(), ids(SEQ))
 
     yield ("reward forward", reward,
            BATCH * F.reward_model_flops(arch, SEQ, attention=att),

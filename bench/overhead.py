@@ -1,7 +1,7 @@
 """Metering overhead: vanilla TRL GRPOTrainer vs ``race train`` on the same config, paired in
 one process, N steps each. Prints the ratio of median step times (target <= 1.03).
 
-    python bench/overhead.py [STEPS] [ROUNDS]
+    python bench/overhead.py [STEPS] [ROUNDS]      # default 30 steps x 4 rounds
 
 Both run the same tiny policy (micro), data, LoRA config and GRPOConfig (checkpoints every 10
 steps included). The vanilla run has no meter and no MLflow; the race run is what a study runs:
@@ -15,9 +15,9 @@ two steps of every run are warm-up and not timed. Prints the ratio of median ste
 target) and of mean step times (which also carries the checkpoint steps).
 """
 
+import argparse
 import dataclasses
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,8 +32,6 @@ from race.policy.ladder import build_ladder_model
 from race.study.jobs import TrainJob
 from race.study.specs import Allocation
 
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 ALLOC = Allocation(num_generations=8, prompts_per_step=4, max_completion_length=32)
 
 
@@ -55,7 +53,8 @@ class StepTimer:
         self.times, self.t0, self.callback = [], None, _Cb()
 
 
-def vanilla(root: Path, job: TrainJob) -> list[float]:
+def vanilla(job: TrainJob, steps: int, device: str = "cpu") -> list[float]:
+    """Step times of TRL's own GRPOTrainer on ``job``'s policy, data and LoRA, ``steps`` steps."""
     from peft import LoraConfig
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
@@ -66,23 +65,25 @@ def vanilla(root: Path, job: TrainJob) -> list[float]:
     tok = load_tokenizer(job.base)
     dataset, _ = _dataset(job.train_data, tok)
     timer = StepTimer()
-    args = grpo_config(job, STEPS)
-    trainer = GRPOTrainer(model=load_policy(job.base, dtype=torch.float32),
+    args = grpo_config(job, steps, device)
+    trainer = GRPOTrainer(model=load_policy(job.base, dtype=getattr(torch, job.dtype)),
                           reward_funcs=[RuleReward()], args=args, train_dataset=dataset,
                           processing_class=tok, callbacks=[timer.callback],
-                          peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=list(
-                              ALLOC.lora_targets), task_type="CAUSAL_LM"))
+                          peft_config=LoraConfig(r=job.alloc.lora_rank,
+                                                 lora_alpha=job.alloc.alpha,
+                                                 target_modules=list(job.alloc.lora_targets),
+                                                 task_type="CAUSAL_LM"))
     trainer.remove_callback(PrinterCallback)
     trainer.train()
     return timer.times
 
 
-def race_run(job: TrainJob) -> list[float]:
-    """Step times of ``race train`` on ``job``, stopped after STEPS steps."""
+def race_run(job: TrainJob, steps: int) -> list[float]:
+    """Step times of ``race train`` on ``job``, stopped after ``steps`` steps."""
     import race.grpo.run as rt
 
     timer = StepTimer()
-    original = rt._budget_callback_class
+    original = rt.budget_callback_class
 
     def with_stop():
         cls = original()
@@ -90,7 +91,7 @@ def race_run(job: TrainJob) -> list[float]:
         class Stop(cls):
             def on_step_end(self, args, state, control, **kw):
                 out = super().on_step_end(args, state, control, **kw)
-                if state.global_step >= STEPS:
+                if state.global_step >= steps:
                     control.should_training_stop = True
                     self.run.finished = True
                 return out
@@ -100,42 +101,61 @@ def race_run(job: TrainJob) -> list[float]:
 
         return Stop
 
-    rt._budget_callback_class = with_stop
+    rt.budget_callback_class = with_stop
     try:
         run_training(job)
     finally:
-        rt._budget_callback_class = original
+        rt.budget_callback_class = original
     return timer.times
+
+
+def paired(job: TrainJob, steps: int, rounds: int, device: str = "cpu",
+           skip: int = 2) -> tuple[list[float], list[float]]:
+    """(vanilla, race) step times over ``rounds`` alternating rounds of ``steps`` steps each,
+    the first ``skip`` steps of every run left out (warm-up). Each round gets fresh run
+    folders beside ``job.run_dir``."""
+    vanilla_times, race_times = [], []
+    for r in range(rounds):
+        race_job = dataclasses.replace(job, run_dir=f"{job.run_dir}/race{r}",
+                                       run_key=f"{job.run_key}/round~{r}")
+        plain_job = dataclasses.replace(job, run_dir=f"{job.run_dir}/vanilla{r}")
+        for kind in (["vanilla", "race"] if r % 2 == 0 else ["race", "vanilla"]):
+            if kind == "vanilla":
+                vanilla_times += vanilla(plain_job, steps, device)[skip:]
+            else:
+                race_times += race_run(race_job, steps)[skip:]
+    return vanilla_times, race_times
+
+
+def tiny_study(root: Path, size: str = "micro") -> tuple[Path, Path]:
+    """(base policy folder, train JSONL) of a random-init ladder ``size`` under ``root``."""
+    write_splits(TaskSpec(n_train=500, n_eval_in=10, n_eval_ood=10), root / "data")
+    tok = load_tokenizer(save_tokenizer(root / "tok"))
+    build_ladder_model(size, tok).save_pretrained(root / "base")
+    tok.save_pretrained(root / "base")
+    return root / "base", root / "data" / "train.jsonl"
 
 
 def main() -> None:
     from race.study.specs import MlflowSpec
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("steps", nargs="?", type=int, default=30)
+    parser.add_argument("rounds", nargs="?", type=int, default=4)
+    args = parser.parse_args()
     torch.set_num_threads(1)
-    skip = 2  # warm-up steps of every run
-    vanilla_times, race_times = [], []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_splits(TaskSpec(n_train=500, n_eval_in=10, n_eval_ood=10), root / "data")
-        tok = load_tokenizer(save_tokenizer(root / "tok"))
-        build_ladder_model("micro", tok).save_pretrained(root / "base")
-        tok.save_pretrained(root / "base")
+        base, data = tiny_study(root)
         mlflow = MlflowSpec(tracking_uri=f"sqlite:///{root}/mlflow.db",
                             artifact_root=str(root / "artifacts"), experiment="overhead")
-        for r in range(ROUNDS):
-            job = TrainJob(base=str(root / "base"), train_data=str(root / "data/train.jsonl"),
-                           run_dir=str(root / f"run{r}"), rungs=[1e15], alloc=ALLOC,
-                           save_every=10, run_key=f"overhead/round~{r}", mlflow=mlflow)
-            order = ["vanilla", "race"] if r % 2 == 0 else ["race", "vanilla"]
-            for kind in order:
-                if kind == "vanilla":
-                    own_dir = dataclasses.replace(job, run_dir=str(root / f"vanilla{r}"))
-                    vanilla_times += vanilla(root, own_dir)[skip:]
-                else:
-                    race_times += race_run(job)[skip:]
+        job = TrainJob(base=str(base), train_data=str(data), run_dir=str(root / "runs"),
+                       rungs=[1e15], alloc=ALLOC, save_every=10, run_key="overhead",
+                       mlflow=mlflow, device="cpu")
+        vanilla_times, race_times = paired(job, args.steps, args.rounds)
     b, o = statistics.median(vanilla_times), statistics.median(race_times)
     mean_ratio = statistics.mean(race_times) / statistics.mean(vanilla_times)
-    print(f"overhead: {ROUNDS} rounds x {STEPS} steps each; median step vanilla "
+    print(f"overhead: {args.rounds} rounds x {args.steps} steps each; median step vanilla "
           f"{b * 1e3:.1f} ms, race train {o * 1e3:.1f} ms, ratio {o / b:.3f} (target <= 1.03); "
           f"ratio of means {mean_ratio:.3f}")
 

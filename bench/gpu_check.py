@@ -1,0 +1,187 @@
+"""The GPU path in one short run: where ``race train`` computes, FLOP fidelity on CUDA, speed.
+
+    python bench/gpu_check.py [--steps 6] [--rounds 2] [--cpu]
+
+Sized to finish within about 5 minutes on one GPU. Without a visible GPU it prints "no GPU"
+and what it did not measure, and exits 0. ``--cpu`` runs every part on the CPU at a tiny scale
+instead (the ladder's micro policy, short sequences): that is how the tests run every code
+path of this script without a GPU; its numbers say nothing about a GPU.
+
+Prints, in order (nothing is asserted):
+
+1. the device: torch and CUDA versions, the GPU's name and compute capability;
+2. ``race train``'s policy: the device and dtype of its (non-LoRA) weights at every training
+   step, with ``device: auto`` and ``training.dtype: bfloat16`` on the GPU (float32 on the CPU);
+3. FLOP fidelity on the Qwen2.5-0.5B architecture (random init, ``race.known_configs``):
+   torch's ``FlopCounterMode`` (through ``race.flops.counter.count_flops``) over the analytic
+   executed count, for a forward, full and LoRA training steps, a KV-cached generate and a
+   reward-model forward, with eager and SDPA attention (``bench/flops_calibration.py``'s phases);
+4. ``race train`` against TRL's own GRPOTrainer on the same job (``bench/overhead.py``'s paired
+   rounds): the median step time of each and their ratio (the goal: at most 1.05);
+5. rollout: the time of one greedy ``generate`` batch (64 rows of 64 prompt tokens, 256 new
+   tokens) with transformers' default dynamic KV cache and with a static cache, and whether
+   both produce the same tokens.
+"""
+
+import argparse
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from flops_calibration import _phases
+from overhead import ALLOC, paired, race_run
+
+from race.data.task import TaskSpec, write_splits
+from race.data.tokenizer import load_tokenizer, save_tokenizer
+from race.flops import known_configs
+from race.study.jobs import TrainJob
+
+REFERENCE = "Qwen2.5-0.5B"
+
+
+def device_line(device: str) -> str:
+    if device == "cpu":
+        return f"device: CPU (torch {torch.__version__}; --cpu: tiny shapes, not a GPU figure)"
+    cap = ".".join(map(str, torch.cuda.get_device_capability()))
+    return (f"device: {torch.cuda.get_device_name()} (compute capability {cap}; torch "
+            f"{torch.__version__}, CUDA {torch.version.cuda})")
+
+
+def save_policy(root: Path, device: str) -> tuple[Path, Path]:
+    """(base policy folder, train JSONL): on a GPU the Qwen2.5-0.5B architecture with the task's
+    character vocabulary (random init); with ``--cpu`` the ladder's micro rung."""
+    from transformers import Qwen2ForCausalLM
+
+    from race.policy.ladder import build_ladder_model
+
+    write_splits(TaskSpec(n_train=500, n_eval_in=10, n_eval_ood=10), root / "data")
+    tok = load_tokenizer(save_tokenizer(root / "tok"))
+    if device == "cpu":
+        model = build_ladder_model("micro", tok)
+    else:
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(known_configs.qwen2_config(
+            REFERENCE, vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    model.save_pretrained(root / "base")
+    tok.save_pretrained(root / "base")
+    return root / "base", root / "data" / "train.jsonl"
+
+
+def policy_inside_race_train(job: TrainJob, steps: int) -> set[tuple[str, str]]:
+    """{(device, dtype)} of the policy's non-LoRA weights at every training step of ``job``."""
+    import race.grpo.run as rt
+
+    seen: set[tuple[str, str]] = set()
+    original = rt.metered_trainer_class
+
+    def spying():
+        class Spy(original()):
+            def training_step(self, model, *args, **kwargs):
+                seen.update((str(p.device), str(p.dtype))
+                            for n, p in model.named_parameters() if "lora_" not in n)
+                return super().training_step(model, *args, **kwargs)
+
+        return Spy
+
+    rt.metered_trainer_class = spying
+    try:
+        race_run(job, steps)
+    finally:
+        rt.metered_trainer_class = original
+    return seen
+
+
+def fidelity(device: str) -> None:
+    values = known_configs.config_dict(REFERENCE) if device != "cpu" else _micro_values()
+    name = REFERENCE if device != "cpu" else "ladder micro"
+    for impl in ("eager", "sdpa"):
+        for phase, measure, executed, _model in _phases(values, impl, device):
+            torch.manual_seed(0)
+            ratio = measure() / executed
+            print(f"  {name} {impl:<5} {phase:<20} measured / analytic executed {ratio:.6f}",
+                  flush=True)
+
+
+def _micro_values() -> dict:
+    from race.policy.ladder import ladder_config
+
+    return ladder_config("micro", 64).to_dict()
+
+
+def rollout(base: Path, device: str, dtype: torch.dtype) -> None:
+    from race.policy.ladder import load_policy
+
+    rows, prompt, new = (64, 64, 256) if device != "cpu" else (8, 16, 24)
+    model = load_policy(base, dtype=dtype).to(device).eval()
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, model.config.vocab_size, (rows, prompt), generator=gen).to(device)
+    mask = torch.ones_like(ids)
+    outputs, seconds = {}, {}
+    for cache in ("dynamic", "static"):
+        extra = {} if cache == "dynamic" else {"cache_implementation": "static"}
+        times = []
+        for _ in range(3):  # the first call warms up (and builds the static cache)
+            if device != "cpu":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                                     min_new_tokens=new, do_sample=False,
+                                     pad_token_id=model.config.pad_token_id, **extra)
+            if device != "cpu":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        outputs[cache], seconds[cache] = out.cpu(), statistics.median(times[1:])
+    same = torch.equal(outputs["dynamic"], outputs["static"])
+    print(f"  {rows} rows x ({prompt} prompt + {new} new tokens), greedy, {dtype}: dynamic cache "
+          f"{seconds['dynamic']:.3f} s, static cache {seconds['static']:.3f} s, speed-up "
+          f"{seconds['dynamic'] / seconds['static']:.2f}x, same tokens: {same}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6, help="steps per paired run")
+    parser.add_argument("--rounds", type=int, default=2, help="paired rounds")
+    parser.add_argument("--cpu", action="store_true", help="every part on the CPU, tiny")
+    args = parser.parse_args()
+    if args.steps < 4:  # the first 2 steps of every run are warm-up, not timed
+        parser.error("--steps must be at least 4")
+    if not args.cpu and not torch.cuda.is_available():
+        print("no GPU: torch sees no CUDA device on this machine, so nothing was measured "
+              "(the policy's device and dtype in race train, CUDA FLOP fidelity, race train vs "
+              "TRL step time, rollout cache speed-up). Run it where a GPU is visible, or with "
+              "--cpu to exercise the script at a tiny scale.")
+        return
+    device = "cpu" if args.cpu else "cuda"
+    dtype = "float32" if args.cpu else "bfloat16"
+    if args.cpu:
+        torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    print(device_line(device), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        base, data = save_policy(root, device)
+        job = TrainJob(base=str(base), train_data=str(data), run_dir=str(root / "runs"),
+                       rungs=[1e18], alloc=ALLOC, save_every=10, run_key="gpu-check",
+                       dtype=dtype, device=device)
+        seen = policy_inside_race_train(replace(job, run_dir=str(root / "spy")), 2)
+        print(f"race train policy (device: {device}, training.dtype: {dtype}): "
+              f"{sorted(seen)}", flush=True)
+        print("FLOP fidelity (FlopCounterMode / analytic executed):", flush=True)
+        fidelity(device)
+        vanilla_times, race_times = paired(job, args.steps, args.rounds, device)
+        v, r = statistics.median(vanilla_times), statistics.median(race_times)
+        print(f"race train vs TRL GRPOTrainer ({args.rounds} rounds x {args.steps} steps): "
+              f"median step {r * 1e3:.1f} ms vs {v * 1e3:.1f} ms, ratio {r / v:.3f} "
+              f"(goal <= 1.05)", flush=True)
+        print("rollout (HF generate):", flush=True)
+        rollout(base, device, getattr(torch, dtype))
+    print(f"gpu_check: {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
