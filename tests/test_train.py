@@ -26,7 +26,7 @@ from race.grpo.run import (
     run_training,
     rung_complete,
 )
-from race.study.cells import rung_dir
+from race.study.cells import PERF, rung_dir
 from race.study.jobs import TrainJob, to_json
 from race.study.specs import Allocation
 
@@ -76,8 +76,10 @@ def flops_rows(ledger: dict) -> list[tuple]:
 
 
 def without_timing(row: dict) -> dict:
-    """A metrics.jsonl row without its wall-clock fields (time, seconds per phase)."""
-    return {k: v for k, v in row.items() if k != "time" and not k.endswith("_s")}
+    """A metrics.jsonl row without its wall-clock fields (time, seconds and utilisation per
+    phase)."""
+    return {k: v for k, v in row.items()
+            if k != "time" and not k.endswith("_s") and not k.startswith("mfu_")}
 
 
 def read_rung(run_dir: Path, budget: float) -> dict:
@@ -154,6 +156,20 @@ def test_determinism(tiny_base, reference_run, tmp_path):
     again = [without_timing(json.loads(line))
              for line in (other / "metrics.jsonl").read_text().splitlines()]
     assert metrics == again
+
+
+def test_the_run_records_its_device_peak_and_utilisation(reference_run):
+    """perf.json: where the run computed and the peak its utilisation divides by; every
+    metrics row: the utilisation of each phase the step ran (mu = 2: every other step
+    generates, the others reuse its batch and run no rollout)."""
+    run_dir, _ = reference_run
+    perf = json.loads((run_dir / PERF).read_text())
+    assert perf["device"] == "cpu" and perf["source"] == "measured"
+    assert perf["flops_per_s"] > 0 and perf["threads"] >= 1
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["mfu_learning"] > 0 for r in rows)
+    assert [r["mfu_rollout"] is not None for r in rows] == [r["rollout_s"] > 0 for r in rows]
+    assert any(r["mfu_rollout"] is None for r in rows) and any(r["mfu_rollout"] for r in rows)
 
 
 def start_training(job: TrainJob) -> subprocess.Popen:

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from faults import checkpoint, steps_done, wait_for
 
+from race.analysis.columns import TIMING_COLUMNS
 from race.analysis.report import FIGURE_CAPTIONS
 from race.study.cells import format_budget
 from race.study.dry_run import job_counts
@@ -207,7 +208,7 @@ CUT_EVAL = "size~nano/reward~rule+prm/alloc~base/seed~0/budget~4e9/eval.json"
 
 
 def runs_table(wd: Path) -> pd.DataFrame:
-    runs = pd.read_csv(wd / "results" / "runs.csv").drop(columns="wall_s")
+    runs = pd.read_csv(wd / "results" / "runs.csv").drop(columns=TIMING_COLUMNS)
     return runs.sort_values(["stage", "cell", "budget"]).reset_index(drop=True)
 
 

@@ -23,6 +23,7 @@ PRODUCERS = {
     "prm.json": "prm (race prm)",
     "ledger.json": "train (race train)",
     "train.json": "train (race train)",
+    "perf.json": "train (race train)",
     "race_state.json": "train (race train, a checkpoint)",
     "eval.json": "evaluate (race evaluate)",
     "selected.json": "select (race select)",

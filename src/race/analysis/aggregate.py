@@ -59,7 +59,24 @@ def rung_row(config: dict, cell: C.Cell, budget: float, stage: str) -> dict:
         row[f"flops_{p}"] = phases[p]["model_flops"]
         row[f"exec_flops_{p}"] = phases[p]["executed_flops"]
         row[f"tokens_{p}"] = phases[p]["tokens"]
+    row.update(perf_columns(phases, C.run_dir(config, cell)))
     row.update(_eval_columns(read_output(rung / "eval.json"), specs.eval_targets(config)))
+    return row
+
+
+def perf_columns(phases: dict, run_dir: Path) -> dict:
+    """Seconds, achieved FLOP/s and utilisation per phase (:data:`columns.PERF_COLUMNS`)
+    from a rung's ledger phases and the run's ``perf.json`` (its device and peak)."""
+    perf_file = Path(run_dir) / C.PERF
+    perf = read_output(perf_file) if perf_file.exists() else {}
+    peak = perf.get("flops_per_s")
+    row: dict = {"device": perf.get("name"), "peak_flops": peak}
+    for p in cols.BUDGET_PHASES:
+        seconds = phases[p]["wall_s"]
+        rate = phases[p]["executed_flops"] / seconds if seconds > 0 else None
+        row[f"seconds_{p}"] = seconds
+        row[f"exec_flops_per_s_{p}"] = rate
+        row[f"mfu_{p}"] = rate / peak if rate is not None and peak else None
     return row
 
 
@@ -86,6 +103,7 @@ def base_rows(config: dict) -> list[dict]:
                     row[f"exec_flops_{p}"] = 0
                 for p in cols.BUDGET_PHASES:
                     row[f"tokens_{p}"] = 0
+                    row[f"seconds_{p}"] = 0.0
                 row.update(_eval_columns(ev, specs.eval_targets(config)))
                 if not _same_reward(ev, specs.reward_spec(config, reward)):
                     _blank_native(row)

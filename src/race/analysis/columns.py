@@ -38,6 +38,21 @@ LEDGER_COLUMNS = (
     + ["p_learning", "max_step_flops", "wall_s", "params", "non_embedding_params"]
 )
 
+#: Seconds beside FLOPs, per budget phase up to the rung: wall seconds, achieved executed
+#: FLOP/s (what the kernels ran, over the phase's seconds) and utilisation (MFU: achieved over
+#: ``peak_flops``, the device's peak of race.flops.peak in the run's ``perf.json``; empty for
+#: a run without one). On CPU the seconds are CPU seconds of one process at its thread count.
+PERF_COLUMNS = (
+    [f"seconds_{p}" for p in BUDGET_PHASES]
+    + [f"exec_flops_per_s_{p}" for p in BUDGET_PHASES]
+    + [f"mfu_{p}" for p in BUDGET_PHASES]
+    + ["device", "peak_flops"]
+)
+
+#: The columns that differ between two runs of the same study: wall-clock measurements (and a
+#: peak measured on the machine). Every other column is a function of the config and seeds.
+TIMING_COLUMNS = ["wall_s"] + [c for c in PERF_COLUMNS if c != "device"]
+
 TARGET_LABELS = {
     "in_pass1": "eval-in greedy pass@1",
     "sampled_pass1": "eval-in sampled pass@1 (mean@k)",
@@ -55,7 +70,7 @@ def target_columns(target: str) -> list[str]:
 
 
 def all_columns(targets: list[str] | None = None) -> list[str]:
-    cols = ID_COLUMNS + KNOB_COLUMNS + LEDGER_COLUMNS
+    cols = ID_COLUMNS + KNOB_COLUMNS + LEDGER_COLUMNS + PERF_COLUMNS
     for t in targets or TARGETS:
         cols += target_columns(t)
     return cols

@@ -49,12 +49,14 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from race.atomic import make_temp_dir, write_json_atomic, write_text_atomic
 from race.flops import analytic as flops
 from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import BatchShapes, StepMeter
+from race.flops.peak import device_peak, utilisation
 from race.grpo.adapter_card import finish_adapter
 from race.grpo.trainer import (
     budget_callback_class,
@@ -63,7 +65,7 @@ from race.grpo.trainer import (
     metered_trainer_class,
 )
 from race.outputs import CorruptOutputError, read_output
-from race.study.cells import DONE, format_budget, rung_dir
+from race.study.cells import DONE, PERF, format_budget, rung_dir
 from race.study.jobs import TrainJob, to_json
 
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -173,8 +175,9 @@ class MeteredRun:
     """The bookkeeping of one run; the TRL trainer drives it through ``BudgetCallback``."""
 
     def __init__(self, job: TrainJob, arch: flops.Arch, reward, max_prompt_len: int,
-                 device: str = "cpu"):
+                 device: str = "cpu", peak_flops: float | None = None):
         self.job = job
+        self.peak_flops = peak_flops  # the device's (race.flops.peak): per-step utilisation
         self.run_dir = Path(job.run_dir)
         self.reward = reward
         self.meter = StepMeter(arch, job.alloc.lora, beta=job.alloc.beta,
@@ -233,6 +236,12 @@ class MeteredRun:
         self.step_seconds = {"rollout_s": t["rollout_s"] if generation_step else 0.0,
                              "reward_s": t["reward_s"] if generation_step else 0.0,
                              "learning_s": learn_s}
+        executed = {"learning": learning.executed}
+        if generation_step:
+            executed.update(rollout=rollout.executed, reward=reward.executed)
+        self.step_mfu = {f"mfu_{p}": utilisation(executed.get(p, 0),
+                                                 self.step_seconds[f"{p}_s"], self.peak_flops)
+                         for p in BUDGET_PHASES}
 
         total = self.ledger.model_total
         if total > self.job.budget:  # the bound makes this impossible; guard the invariant
@@ -299,9 +308,11 @@ class MeteredRun:
                           ("loss", "loss"), ("entropy", "entropy")):
             if key in logs:
                 row[name] = float(logs[key])
-        # Wall seconds of this step per phase and the wall-clock time (epoch seconds) at its
-        # end: for progress and MLflow timestamps; the only fields that differ between reruns.
+        # Wall seconds of this step per phase, their utilisation of the device's peak and the
+        # wall-clock time (epoch seconds) at its end: for progress and MLflow timestamps; the
+        # only fields that differ between reruns.
         row.update({k: round(v, 6) for k, v in self.step_seconds.items()})
+        row.update({k: None if v is None else round(v, 6) for k, v in self.step_mfu.items()})
         row["time"] = round(time.time(), 3)
         self.metrics.append(row)
         with (self.run_dir / "metrics.jsonl").open("a") as f:
@@ -384,9 +395,13 @@ def run_training(job: TrainJob) -> dict:
     if finished is not None:
         return finished
     device = prepare_device(job.device)  # a GPU asked for and absent: an error, nothing written
+    peak = device_peak(device, job.dtype)
     (run_dir / DONE).unlink(missing_ok=True)
     (run_dir / "train.json").unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # Where this process computes and its peak (the latest process's, after a resume).
+    write_json_atomic(run_dir / PERF, {"device": device, "threads": torch.get_num_threads(),
+                                            **asdict(peak)}, indent=1)
 
     torch.manual_seed(job.seed)
     tokenizer = load_tokenizer(job.base)
@@ -397,7 +412,7 @@ def run_training(job: TrainJob) -> dict:
     # The feedback model computes beside the policy unless its rewards: entry names a device.
     reward = build_reward({"device": device, **job.reward}, tokenizer=tokenizer,
                           results_dir=job.results_dir)
-    run = MeteredRun(job, arch, reward, max_prompt, device)
+    run = MeteredRun(job, arch, reward, max_prompt, device, peak.flops_per_s)
 
     first = run.first_step_bound()
     if first > job.rungs[0]:
@@ -416,7 +431,7 @@ def run_training(job: TrainJob) -> dict:
             # A rung snapshot taken before this checkpoint lost its adapter (or the rungs
             # changed): only a fresh run can rewrite it. Deterministic: every rung comes out
             # the same.
-            run = MeteredRun(job, arch, reward, max_prompt, device)
+            run = MeteredRun(job, arch, reward, max_prompt, device, peak.flops_per_s)
             resume = None
         else:
             kept = len(run.ledger.steps)

@@ -19,6 +19,9 @@ from race.policy.ladder import LADDER_DIALS
 
 #: Marker file of a finished run folder and of a complete rung snapshot.
 DONE = "DONE"
+#: A run folder's device, thread count and peak FLOP/s (race.flops.peak), written by its
+#: training job: the divisor of its utilisation columns.
+PERF = "perf.json"
 
 
 class ConfigError(ValueError):

@@ -53,9 +53,12 @@ def mlflow_key(name: str) -> str:
     """The MLflow metric name of a metrics.jsonl field, grouped by prefix so that MLflow's UI
     groups its charts: ``flops/<phase>`` (model FLOPs, cumulative), ``exec_flops/<phase>``,
     ``flops/p_learning``, ``train/<metric>``, ``progress/<counter>``, ``perf/<phase>_s`` (wall
-    seconds of the step); evaluation keys (``eval/...``) are already grouped."""
+    seconds of the step), ``perf/mfu/<phase>`` (the step's executed FLOP/s over the device's
+    peak); evaluation keys (``eval/...``) are already grouped."""
     if name == "p_learning":
         return "flops/p_learning"
+    if name.startswith("mfu_"):
+        return "perf/mfu/" + name.removeprefix("mfu_")
     for prefix, group in _GROUPS.items():
         if name.startswith(prefix):
             return group + name.removeprefix(prefix)
