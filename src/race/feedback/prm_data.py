@@ -305,10 +305,9 @@ def sample_completions(policies: Sequence[str], prompts: list[str], *, per_promp
                        device: str = "cpu"):
     """``per_prompt`` sampled completions per prompt from every base policy (grouped by
     prompt, policies in order) and the generation FLOPs of sampling as a ``PhaseFlops``:
-    KV-cached ``generate`` (:func:`race.flops.analytic.batch_generate_flops`), model = real prompt
-    and
-    completion tokens, executed = the left-padded batches as they ran; tokens = completion
-    tokens generated. The policies sample on ``device`` (``cpu`` or ``cuda``)."""
+    KV-cached ``generate`` (:func:`race.flops.analytic.batch_generate_flops`), model = real
+    prompt and completion tokens, executed = the left-padded batches as they ran; tokens =
+    completion tokens generated. The policies sample on ``device`` (``cpu`` or ``cuda``)."""
     import torch
 
     from race.data.tokenizer import load_tokenizer

@@ -401,7 +401,7 @@ def run_training(job: TrainJob) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     # Where this process computes and its peak (the latest process's, after a resume).
     write_json_atomic(run_dir / PERF, {"device": device, "threads": torch.get_num_threads(),
-                                            **asdict(peak)}, indent=1)
+                                       **asdict(peak)}, indent=1)
 
     torch.manual_seed(job.seed)
     tokenizer = load_tokenizer(job.base)
