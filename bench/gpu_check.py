@@ -31,11 +31,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from flops_calibration import _phases
-from overhead import ALLOC, paired, race_run
+from flops_calibration import CONFIGS, _phases
+from overhead import ALLOC, paired, race_run, tiny_study
 
-from race.data.task import TaskSpec, write_splits
-from race.data.tokenizer import load_tokenizer, save_tokenizer
 from race.flops import known_configs
 from race.study.jobs import TrainJob
 
@@ -50,25 +48,14 @@ def device_line(device: str) -> str:
             f"{torch.__version__}, CUDA {torch.version.cuda})")
 
 
-def save_policy(root: Path, device: str) -> tuple[Path, Path]:
-    """(base policy folder, train JSONL): on a GPU the Qwen2.5-0.5B architecture with the task's
-    character vocabulary (random init); with ``--cpu`` the ladder's micro rung."""
+def reference_policy(tok):
+    """The Qwen2.5-0.5B architecture with the task's character vocabulary, random init."""
     from transformers import Qwen2ForCausalLM
 
-    from race.policy.ladder import build_ladder_model
-
-    write_splits(TaskSpec(n_train=500, n_eval_in=10, n_eval_ood=10), root / "data")
-    tok = load_tokenizer(save_tokenizer(root / "tok"))
-    if device == "cpu":
-        model = build_ladder_model("micro", tok)
-    else:
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(known_configs.qwen2_config(
-            REFERENCE, vocab_size=len(tok), pad_token_id=tok.pad_token_id,
-            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
-    model.save_pretrained(root / "base")
-    tok.save_pretrained(root / "base")
-    return root / "base", root / "data" / "train.jsonl"
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(known_configs.qwen2_config(
+        REFERENCE, vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
 
 
 def policy_inside_race_train(job: TrainJob, steps: int) -> set[tuple[str, str]]:
@@ -96,7 +83,7 @@ def policy_inside_race_train(job: TrainJob, steps: int) -> set[tuple[str, str]]:
 
 
 def fidelity(device: str) -> None:
-    values = known_configs.config_dict(REFERENCE) if device != "cpu" else _micro_values()
+    values = known_configs.config_dict(REFERENCE) if device != "cpu" else CONFIGS["micro"]
     name = REFERENCE if device != "cpu" else "ladder micro"
     for impl in ("eager", "sdpa"):
         for phase, measure, executed, _model in _phases(values, impl, device):
@@ -104,12 +91,6 @@ def fidelity(device: str) -> None:
             ratio = measure() / executed
             print(f"  {name} {impl:<5} {phase:<20} measured / analytic executed {ratio:.6f}",
                   flush=True)
-
-
-def _micro_values() -> dict:
-    from race.policy.ladder import ladder_config
-
-    return ladder_config("micro", 64).to_dict()
 
 
 def rollout(base: Path, device: str, dtype: torch.dtype) -> None:
@@ -164,7 +145,8 @@ def main() -> None:
     print(device_line(device), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        base, data = save_policy(root, device)
+        # GPU: the Qwen2.5-0.5B architecture; --cpu: the ladder's micro rung.
+        base, data = tiny_study(root, None if args.cpu else reference_policy)
         job = TrainJob(base=str(base), train_data=str(data), run_dir=str(root / "runs"),
                        rungs=[1e18], alloc=ALLOC, save_every=10, run_key="gpu-check",
                        dtype=dtype, device=device)

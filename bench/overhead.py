@@ -127,11 +127,12 @@ def paired(job: TrainJob, steps: int, rounds: int, device: str = "cpu",
     return vanilla_times, race_times
 
 
-def tiny_study(root: Path, size: str = "micro") -> tuple[Path, Path]:
-    """(base policy folder, train JSONL) of a random-init ladder ``size`` under ``root``."""
+def tiny_study(root: Path, build=None) -> tuple[Path, Path]:
+    """(base policy folder, train JSONL) under ``root``: a small train split and the random-init
+    policy ``build(tokenizer)`` (default: the ladder's micro rung)."""
     write_splits(TaskSpec(n_train=500, n_eval_in=10, n_eval_ood=10), root / "data")
     tok = load_tokenizer(save_tokenizer(root / "tok"))
-    build_ladder_model(size, tok).save_pretrained(root / "base")
+    (build or (lambda t: build_ladder_model("micro", t)))(tok).save_pretrained(root / "base")
     tok.save_pretrained(root / "base")
     return root / "base", root / "data" / "train.jsonl"
 

@@ -19,13 +19,12 @@ how many are within 5. Prints, never asserts; about 7 minutes on 2 cores with on
 import argparse
 import itertools
 import shutil
-import sys
 from pathlib import Path
 
 import pandas as pd
 import yaml
 from base_headroom import apply_overrides
-from task_seeds import run
+from task_seeds import run_workflow
 
 from race.analysis.fit import fit_table
 from race.study.config import load_config
@@ -69,9 +68,7 @@ def main() -> None:
     config["budgets"] = sorted(set(rungs) | set(args.extra))
     config["results_dir"] = "results"
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    run([sys.executable, "-m", "snakemake", "results/runs.csv",
-         "--snakefile", str(ROOT / "Snakefile"), "--directory", str(folder), "--cores",
-         str(args.cores), "--quiet", "rules", "--configfile", "config.yaml"], folder)
+    run_workflow(folder, args.cores, "results/runs.csv")
     runs = pd.read_csv(folder / "results" / "runs.csv")
     print(holdout_line(runs, rungs) + "   <- the config's")
     print(holdout_line(runs, config["budgets"]) + "   <- all")

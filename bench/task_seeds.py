@@ -53,6 +53,14 @@ def run(cmd: list[str], cwd: Path) -> None:
     subprocess.run(cmd, cwd=cwd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+def run_workflow(folder: Path, cores: int, *targets: str) -> None:
+    """The repository's workflow on ``folder/config.yaml``, in ``folder`` (its own results/,
+    reports/ and logs)."""
+    run([sys.executable, "-m", "snakemake", *targets, "--snakefile", str(ROOT / "Snakefile"),
+         "--directory", str(folder), "--cores", str(cores), "--quiet", "rules",
+         "--configfile", "config.yaml"], folder)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
@@ -69,9 +77,7 @@ def main() -> None:
         config = seed_config(base, seed, args.rewards, args.overrides)
         (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         print(f"=== task seed {seed}: {folder}", flush=True)
-        run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
-             "--directory", str(folder), "--cores", str(args.cores), "--quiet", "rules",
-             "--configfile", "config.yaml"], folder)
+        run_workflow(folder, args.cores)
         run([sys.executable, str(BENCH / "base_headroom.py"), "--config", "config.yaml",
              "--from-results"], folder)
         run([sys.executable, str(BENCH / "study_gates.py"), "reports", "--results",

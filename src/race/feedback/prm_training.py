@@ -95,10 +95,9 @@ def predict(model, encoded: list[tuple[list[int], list[int]]], pad_id: int,
     labels: list[int] = []
     with torch.no_grad():
         for start in range(0, len(encoded), batch_size):
-            b = collate(encoded[start:start + batch_size], pad_id)
-            probs = model(input_ids=b.input_ids.to(model.device),
-                          attention_mask=b.attention_mask.to(model.device)
-                          ).logits.softmax(-1)[..., 1].cpu()
+            b = collate(encoded[start:start + batch_size], pad_id).to(model.device)
+            probs = model(input_ids=b.input_ids,
+                          attention_mask=b.attention_mask).logits.softmax(-1)[..., 1]
             keep = b.labels != IGNORE_INDEX
             scores += probs[keep].tolist()
             labels += b.labels[keep].tolist()

@@ -39,6 +39,11 @@ class MicroBatch:
     def rows(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def to(self, device) -> MicroBatch:
+        """The same batch on ``device`` (batches are collated on the CPU and follow the model)."""
+        return MicroBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask,
+                                                     self.labels)))
+
 
 def collate(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> MicroBatch:
     """Right-padded tensors of (ids, labels) rows (labels as long as ids; IGNORE_INDEX where no
@@ -80,15 +85,14 @@ def optimizer_step(model, opt, lr: float, batches: Sequence[MicroBatch]) -> floa
         group["lr"] = lr
     counts = [int((b.labels != IGNORE_INDEX).sum()) for b in batches]
     items = sum(counts)
-    device = model.device  # micro-batches are collated on the CPU and follow the model
     opt.zero_grad(set_to_none=True)
     total = 0.0
     for b, n in zip(batches, counts, strict=True):
         if n == 0:  # no labelled token: no loss term (its mean would be NaN)
             continue
-        loss = model(input_ids=b.input_ids.to(device),
-                     attention_mask=b.attention_mask.to(device),
-                     labels=b.labels.to(device)).loss * (n / items)
+        b = b.to(model.device)
+        loss = model(input_ids=b.input_ids, attention_mask=b.attention_mask,
+                     labels=b.labels).loss * (n / items)
         loss.backward()
         total += float(loss.detach())
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
