@@ -22,9 +22,10 @@ job-count table only, what one reads on a grid this size), in one run. Prints, n
 these machines are shared and noisy.
 
 ``--ablations`` times ``-n --quiet rules`` of variants of the RACE workflow, each without one
-feature the peer lacks (log and benchmark files of the per-cell rules, their resources, the job
-JSON in their params, the RACE pilot and checkpoint, the MLflow jobs), best of two, beside the
-peer: what each feature costs per job.
+feature the peers lack (log and benchmark files of the per-cell rules, their resources, the job
+JSON in their params, the three at once, the RACE pilot and checkpoint, the MLflow jobs), best
+of two, beside both peers: what each feature costs per job, and how close RACE's own DAG comes
+to the same-DAG peer without its per-job features.
 """
 
 import argparse
@@ -154,24 +155,26 @@ def _without(*edits: tuple[str, str]):
     return edit
 
 
+_NO_LOGS = ((r"\n    (log|benchmark):\n        \"[^\n]*\",?", ""), (r" > \{log\} 2>&1", ""))
+_NO_RESOURCES = ((r"\n    threads: [^\n]*", ""), (r"\n    resources:\n(?:        [^\n]*\n)+", "\n"))
+_NO_JOB_JSON = ((r"job=lambda[^\n]*", 'job="{}",'),)
 #: Variants of the workflow for --ablations: (edit of the per-cell rules, config changes).
 ABLATIONS = {
     "as is": (None, {}),
-    "no log/benchmark files": (_without((r"\n    (log|benchmark):\n        \"[^\n]*\",?", "")),
-                               {}),
-    "no resources/threads": (_without((r"\n    threads: [^\n]*", ""),
-                                      (r"\n    resources:\n(?:        [^\n]*\n)+", "\n")), {}),
-    "no job JSON in params": (_without((r"job=lambda[^\n]*", 'job="{}",')), {}),
+    "no log/benchmark files": (_without(*_NO_LOGS), {}),
+    "no resources/threads": (_without(*_NO_RESOURCES), {}),
+    "no job JSON in params": (_without(*_NO_JOB_JSON), {}),
+    "none of these three": (_without(*_NO_LOGS, *_NO_RESOURCES, *_NO_JOB_JSON), {}),
     "no RACE pilot/checkpoint": (None, {"race": {"enabled": False}}),
     "no MLflow jobs": (None, {"mlflow": {"enabled": False}}),
 }
 
 
-def ablations(seeds: int, peer_dir: Path) -> None:
+def ablations(seeds: int, peers: dict[str, Path]) -> None:
     args = ["-n", "--quiet", "rules"]
-    peer = min(dry_run(peer_dir, [*args, "--config", f"cells={1000 * seeds}"])[0]
-               for _ in range(2))
-    print(f"  peer {peer:.1f} s")
+    walls = {name: min(dry_run(folder, [*args, "--config", f"cells={1000 * seeds}"])[0]
+                       for _ in range(2)) for name, folder in peers.items()}
+    print("  " + ", ".join(f"{name} {wall:.1f} s" for name, wall in walls.items()))
     for name, (edit, changes) in ABLATIONS.items():
         with tempfile.TemporaryDirectory() as tmp:
             wd = Path(tmp)
@@ -185,8 +188,9 @@ def ablations(seeds: int, peer_dir: Path) -> None:
             (wd / "config.yaml").write_text(yaml.safe_dump(config))
             runs = [dry_run(wd, args) for _ in range(2)]
             wall = min(r[0] for r in runs)
-            print(f"  {name:26s} {wall:6.1f} s ({runs[0][1]} jobs) [{runs[0][2]}]  "
-                  f"RACE / peer {wall / peer:.2f}")
+            ratios = ", ".join(f"RACE / {peer} {wall / peer_wall:.2f}"
+                               for peer, peer_wall in walls.items())
+            print(f"  {name:26s} {wall:6.1f} s ({runs[0][1]} jobs) [{runs[0][2]}]  {ratios}")
 
 
 def dry_run(wd: Path, args: list[str]) -> tuple[float, int, str]:
@@ -215,12 +219,12 @@ def main() -> None:
         race_workdir(Path(race_dir), seeds)
         (Path(peer_dir) / "Snakefile").write_text(PEER_SNAKEFILE)
         (Path(same_dir) / "Snakefile").write_text(SAME_DAG_SNAKEFILE)
+        peers = {"bare peer": Path(peer_dir), "same-DAG peer": Path(same_dir)}
         if options.ablations:
             print(f"dag_scale --ablations: {cells} cells x {len(RUNGS)} rungs")
-            ablations(seeds, Path(peer_dir))
+            ablations(seeds, peers)
             return
         print(f"dag_scale: {cells} cells x {len(RUNGS)} rungs (target: RACE / peer <= 1.2)")
-        peers = {"bare peer": Path(peer_dir), "same-DAG peer": Path(same_dir)}
         for mode, args in MODES.items():
             wall, jobs, status = dry_run(Path(race_dir), args)
             print(f"  {mode}: RACE {wall:6.1f} s ({jobs} jobs, "

@@ -1,6 +1,8 @@
 """Typed jobs: one builder per verb, the same job from the workflow and from a human, JSON
 round trips, and errors that name the bad cell or rung."""
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,8 @@ def test_every_job_round_trips_through_json(smoke):
              jobs.prm_job(smoke, "nano")]
     for job in built:
         assert jobs.from_json(type(job), jobs.to_json(job)) == job
+        # The wire format is dataclasses.asdict's, built without its deep copy.
+        assert jobs.to_json(job) == json.dumps(asdict(job), sort_keys=True)
 
 
 def test_a_human_gets_the_workflows_job(smoke):

@@ -50,6 +50,31 @@ def test_dry_runs(tmp_path, configfile):
     assert not (wd / "results").exists()
 
 
+@pytest.mark.parametrize("sizes, rewards", [
+    (["nano", "org/model"], ["rule", "rule+prm"]),  # mixed: per-cell input functions
+    (["nano", "micro"], ["rule"]),  # every size a ladder size, no PRM: plain inputs
+    (["org/model"], ["rule+prm"]),  # no ladder size
+])
+def test_training_and_evaluation_wait_for_their_cells_inputs(tmp_path, sizes, rewards):
+    """Each train / evaluate job waits for its own cell's base policy (ladder sizes only) and
+    for the PRM its reward needs, whether the rule passes them as a plain value or a function."""
+    wd = workdir(tmp_path)
+    config = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
+    config["sizes"] = sizes
+    config["rewards"] = {name: config["rewards"][name] for name in rewards}
+    (wd / "study.yaml").write_text(yaml.safe_dump(config))
+    out = snakemake(wd, "-n", "--cores", "1", "--configfile", "study.yaml").stdout
+    blocks = re.findall(r"^rule (train|evaluate):\n    input: ([^\n]*)\n.*?wildcards: ([^\n]*)",
+                        out, flags=re.M | re.S)
+    assert {rule for rule, _, _ in blocks} == {"train", "evaluate"}
+    for rule, inputs, wildcards in blocks:
+        w = dict(part.split("=") for part in wildcards.split(", "))
+        assert ("results/base/size~nano/pre.json" in inputs) == (w["size"] == "nano"), inputs
+        # Evaluation reranks best-of-n with eval.prm (nano) whatever the cell's reward.
+        needs_prm = w["reward"] == "rule+prm" if rule == "train" else True
+        assert ("results/prm/size~nano/prm.json" in inputs) == needs_prm, inputs
+
+
 def test_slurm_profile_parses(tmp_path):
     """The Qwen2.5 study under the SLURM profile: model jobs request their GPU under the
     resource name the executor plugin reads (gpu), with the config's memory and runtime."""

@@ -84,7 +84,14 @@ def reward_inputs(w):
 
 # Inputs that are the same for every job are plain values, not input functions: Snakemake
 # inspects and calls a function once per job, which adds up on a 40,000-job grid
-# (bench/dag_scale.py).
+# (bench/dag_scale.py). So is a cell's base policy when every size is a ladder size (a
+# pattern) or none is, and its reward's PRM when no reward needs one trained here.
+BASE_INPUT = (
+    in_results("base/size~{size}/pre.json")
+    if LADDER == STUDY["sizes"]
+    else base_input if LADDER else []
+)
+REWARD_INPUT = reward_inputs if any(reward_prm(r) for r in STUDY["rewards"]) else []
 EVAL_PRM = J.eval_prm(STUDY)
 EVAL_PRM_INPUT = [in_results(f"prm/size~{EVAL_PRM}/prm.json")] if EVAL_PRM in PRMS else []
 # What a base policy's evaluation waits for: the PRM of the reward its native_reward uses.

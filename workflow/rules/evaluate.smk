@@ -9,7 +9,7 @@ rule evaluate:
         "../../envs/race.yaml"
     input:
         ledgers=expand(in_run("budget~{budget}/ledger.json"), budget=BUDGETS, allow_missing=True),
-        base=base_input,
+        base=BASE_INPUT,
         data=rules.data.output.eval_in,
         prm=EVAL_PRM_INPUT,
     output:
@@ -36,7 +36,7 @@ rule evaluate:
 use rule evaluate as evaluate_validation with:
     input:
         ledgers=in_run(f"budget~{VALIDATION_BUDGET}/ledger.json"),
-        base=base_input,
+        base=BASE_INPUT,
         data=rules.data.output.eval_in,
         prm=EVAL_PRM_INPUT,
     output:

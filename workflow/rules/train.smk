@@ -6,9 +6,9 @@ rule train:
     conda:
         "../../envs/race.yaml"
     input:
-        base=base_input,
+        base=BASE_INPUT,
         data=rules.data.output.train,
-        reward=reward_inputs,
+        reward=REWARD_INPUT,
         mlflow=MLFLOW_INPUT,
     output:
         rungs=expand(in_run("budget~{budget}/ledger.json"), budget=BUDGETS, allow_missing=True),

@@ -28,7 +28,7 @@ the rule passes the threads Snakemake gave it (``resources.<rule>.threads``, cap
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 
 from race.data.teacher import TeacherSpec
 from race.study import cells as C
@@ -190,14 +190,15 @@ def eval_prm(config: dict) -> str | None:
 
 
 def _eval_job(config: dict, policy: str, snapshots: list[Snapshot], reward: str,
-              temperature: float, run_dir: str | None) -> EvalJob:
+              temperature: float, run_dir: str | None, spec: EvalSpec | None = None) -> EvalJob:
     prm = eval_prm(config)
+    spec = spec or EvalSpec.from_config(config["eval"])
     return EvalJob(
         policy=policy,
         data_dir=str(C.results(config) / "data"),
         snapshots=snapshots,
         # native_reward is measured at the temperature the cell trained with.
-        spec=EvalSpec.from_config(config["eval"]).with_overrides(train_temperature=temperature),
+        spec=spec.with_overrides(train_temperature=temperature),
         reward=reward_spec(config, reward),
         prm=C.prm_dir(config, prm) if prm else None,
         results_dir=str(C.results(config)),
@@ -211,23 +212,23 @@ def _eval_job(config: dict, policy: str, snapshots: list[Snapshot], reward: str,
 def eval_job(config: dict, cell: C.Cell, budget: float | None = None) -> EvalJob:
     """Every evaluated rung of a cell (:func:`race.study.cells.evaluated_rungs`), or only
     ``budget``."""
-    rungs = C.evaluated_rungs(config, cell)
+    rungs = evaluated = C.evaluated_rungs(config, cell)
     if budget is not None:
         if float(budget) not in rungs:
             raise C.ConfigError(f"--budget {budget:g}: not an evaluated rung of {cell.key} "
                                 f"({', '.join(C.format_budget(b) for b in rungs)})")
         rungs = [float(budget)]
     run = C.run_dir(config, cell)
-    top = max(C.evaluated_rungs(config, cell))
+    top = max(evaluated)
     spec = EvalSpec.from_config(config["eval"])
     # Below the top rung, eval.search_at: base_and_top leaves out maj_k and prm_bon.
     below_top = ([t for t in spec.targets if t not in SEARCH_TARGETS]
                  if spec.search_at == "base_and_top" else None)
-    snapshots = [Snapshot(str(C.rung_dir(run, b)), str(C.rung_dir(run, b) / "eval.json"),
+    snapshots = [Snapshot(str(folder), str(folder / "eval.json"),
                           None if float(b) == float(top) else below_top)
-                 for b in rungs]
+                 for b in rungs for folder in [C.rung_dir(run, b)]]
     return _eval_job(config, C.base_dir(config, cell.size), snapshots, cell.reward,
-                     allocation(config, cell.alloc).temperature, str(run))
+                     allocation(config, cell.alloc).temperature, str(run), spec)
 
 
 def base_reward(config: dict) -> str:
@@ -293,7 +294,19 @@ def job_for_cell(verb: str, config: dict, key: str, budget: float | None = None)
 
 def to_json(job) -> str:
     """The job as JSON (what a Snakemake rule passes to ``race <verb> --job``)."""
-    return json.dumps(asdict(job), sort_keys=True)
+    return json.dumps(_plain(job), sort_keys=True)
+
+
+def _plain(value):
+    """``dataclasses.asdict`` without its deep copy: nested dataclasses become dicts, lists are
+    walked for them, everything else is handed to ``json.dumps`` as it is. The rules build one
+    job per cell in the Snakemake process, and the copy was most of that cost on a large grid
+    (bench/dag_scale.py)."""
+    if is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
 
 
 def from_json(cls, text: str):
