@@ -132,7 +132,8 @@ def tiny_study(root: Path, build=None) -> tuple[Path, Path]:
     policy ``build(tokenizer)`` (default: the ladder's micro rung)."""
     write_splits(TaskSpec(n_train=500, n_eval_in=10, n_eval_ood=10), root / "data")
     tok = load_tokenizer(save_tokenizer(root / "tok"))
-    (build or (lambda t: build_ladder_model("micro", t)))(tok).save_pretrained(root / "base")
+    model = build(tok) if build else build_ladder_model("micro", tok)
+    model.save_pretrained(root / "base")
     tok.save_pretrained(root / "base")
     return root / "base", root / "data" / "train.jsonl"
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from race.analysis import columns as cols
+from race.flops.peak import utilisation
 from race.outputs import read_output
 from race.study import cells as C
 from race.study import specs
@@ -72,11 +73,10 @@ def perf_columns(phases: dict, run_dir: Path) -> dict:
     peak = perf.get("flops_per_s")
     row: dict = {"device": perf.get("name"), "peak_flops": peak}
     for p in cols.BUDGET_PHASES:
-        seconds = phases[p]["wall_s"]
-        rate = phases[p]["executed_flops"] / seconds if seconds > 0 else None
+        seconds, executed = phases[p]["wall_s"], phases[p]["executed_flops"]
         row[f"seconds_{p}"] = seconds
-        row[f"exec_flops_per_s_{p}"] = rate
-        row[f"mfu_{p}"] = rate / peak if rate is not None and peak else None
+        row[f"exec_flops_per_s_{p}"] = executed / seconds if seconds > 0 else None
+        row[f"mfu_{p}"] = utilisation(executed, seconds, peak)
     return row
 
 
