@@ -1,8 +1,10 @@
-"""How far a PRM's step AUC moves with its training seed, length, LR and batching (gate A).
+"""How far a PRM's step AUC moves with its training seed, length, LR, batching and backbone
+(gate A).
 
     python bench/prm_draws.py [--size mini] [--seeds 0 1] [--groups 4 1]
                               [--steps 3000] [--lr 1e-3] [--results results]
-                              [--set prm.init=random ...]
+                              [--set prm.init=random ...] [--backbone DIR]
+    python bench/prm_draws.py --results results --score-with OTHER/prm/size~mini ...
 
 Trains the PRM of ladder size ``--size`` exactly as ``race prm`` does (the config's ``prm:``
 section; ``--steps`` and ``--lr`` override its steps and learning rate, ``--set`` any key, e.g.
@@ -14,9 +16,17 @@ left out: ``heldout.sampled_no_answer``) and per error family (``prm.json``'s ``
 ``auc_by_error``), the final training loss and the wall seconds. Gate A wants the strong (mini)
 PRM at 0.90 or more and above the weak one; whether it gets there for more than one draw is
 what this shows. Prints, never asserts; about 3 minutes per run at 1500 steps on one core.
+
+Which of data and backbone sets the AUC: ``--backbone DIR`` starts the PRM from another
+checkpoint of the same architecture (e.g. another task seed's base policy, from
+``bench/task_seeds.py``) while the training data stay this study's; ``--score-with PRM ...``
+trains nothing and scores this study's held-out PRM samples (``prm/size~<size>/samples.jsonl``)
+with already trained PRMs (e.g. another task seed's): a PRM that checks arithmetic on its own
+draw and on this one says the held-out data are sound and the training did not learn it.
 """
 
 import argparse
+import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -24,10 +34,39 @@ from pathlib import Path
 import torch
 from base_headroom import apply_overrides
 
-from race.feedback.prm_training import train_prm
+from race.data.tokenizer import load_tokenizer
+from race.feedback.prm_data import Example
+from race.feedback.prm_training import heldout_metrics, train_prm
 from race.policy.optim import LENGTH_GROUPS
 from race.study.config import check_config, load_config
 from race.study.specs import PRMSpec
+
+
+def heldout_examples(samples_jsonl: Path) -> list[Example]:
+    """The held-out examples a trained PRM wrote to its ``samples.jsonl``."""
+    rows = [json.loads(line) for line in samples_jsonl.read_text().splitlines() if line]
+    return [Example(r["prompt"], r["completion"], tuple(bool(x) for x in r["labels"]),
+                    r["source"], tuple(r["errors"])) for r in rows if r["split"] == "heldout"]
+
+
+def score_with(prm_dir: Path, examples: list[Example]) -> dict:
+    """Held-out metrics (as ``prm.json`` reports them) of the trained PRM in ``prm_dir``."""
+    from transformers import Qwen2ForTokenClassification
+
+    model = Qwen2ForTokenClassification.from_pretrained(prm_dir, use_safetensors=True).eval()
+    m = heldout_metrics(model, load_tokenizer(prm_dir), examples)
+    return {"auc": m["sampled"]["auc"], "heldout": m,
+            "auc_by_error": {f: v["auc"] for f, v in m["sampled_by_error"].items()}}
+
+
+def report(label: str, r: dict) -> None:
+    families = "  ".join(f"{k} {v:.2f}" for k, v in sorted(r["auc_by_error"].items())
+                         if v is not None)
+    steps = r["heldout"]["sampled_no_answer"]["auc"]  # None: one class only
+    extra = (f" | final loss {r['final_loss']:.3f} | {r['wall_s']:.0f} s"
+             if "final_loss" in r else "")
+    print(f"  {label}: AUC {r['auc']:.3f} (step lines "
+          f"{'n/a' if steps is None else f'{steps:.3f}'}) | {families}{extra}", flush=True)
 
 
 def main() -> None:
@@ -41,6 +80,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--set", dest="overrides", nargs="*", default=[])
+    parser.add_argument("--backbone", type=Path, default=None,
+                        help="start the PRM from this checkpoint's backbone (same architecture)")
+    parser.add_argument("--score-with", nargs="+", type=Path, default=[],
+                        help="train nothing: score the study's held-out PRM samples with these "
+                             "trained PRM folders")
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = check_config(apply_overrides(load_config(args.config), args.overrides))
@@ -48,20 +92,23 @@ def main() -> None:
     spec = PRMSpec.from_config(config["prm"])
     spec = replace(spec, steps=args.steps or spec.steps,
                    learning_rate=args.lr or spec.learning_rate)
+    if args.score_with:
+        examples = heldout_examples(results / "prm" / f"size~{args.size}" / "samples.jsonl")
+        print(f"held-out PRM samples of {results} ({len(examples)} completions) scored by:")
+        for prm_dir in args.score_with:
+            report(str(prm_dir), score_with(prm_dir, examples))
+        return
     policies = [results / "base" / f"size~{s}" for s in config["sizes"]]
     print(f"PRM {args.size}: steps {spec.steps}, lr {spec.learning_rate:g}, "
-          f"{' '.join(args.overrides)} base policies of {results}", flush=True)
+          f"{' '.join(args.overrides)} base policies of {results}, backbone "
+          f"{args.backbone or 'as configured'}", flush=True)
     for seed in args.seeds:
         for groups in args.groups:
             with tempfile.TemporaryDirectory() as out:
                 r = train_prm(args.size, policies, results / "data", out,
-                              replace(spec, seed=seed), length_groups_per_batch=groups)
-            families = "  ".join(f"{k} {v:.2f}" for k, v in sorted(r["auc_by_error"].items())
-                                 if v is not None)
-            steps = r["heldout"]["sampled_no_answer"]["auc"]  # None: one class only
-            print(f"  seed {seed} groups {groups}: AUC {r['auc']:.3f} (step lines "
-                  f"{'n/a' if steps is None else f'{steps:.3f}'}) | {families} | final loss "
-                  f"{r['final_loss']:.3f} | {r['wall_s']:.0f} s", flush=True)
+                              replace(spec, seed=seed), length_groups_per_batch=groups,
+                              backbone=args.backbone)
+            report(f"seed {seed} groups {groups}", r)
 
 
 if __name__ == "__main__":

@@ -594,3 +594,30 @@ def test_prm_spec_from_config():
         PRMSpec.from_config({"stepz": 7})
     with pytest.raises(ValueError, match="batch_size"):
         PRMSpec(batch_size=0)
+
+
+def test_prm_starts_from_a_given_backbone(tiny_study, tokenizer, tmp_path):
+    """``backbone``: the PRM's weights come from that checkpoint (not the sampling policies'),
+    and a checkpoint of another architecture is an error, never a silent random init."""
+    from safetensors.torch import load_file
+
+    from race.feedback.prm_training import train_prm
+    from race.policy.ladder import build_ladder_model
+
+    other = tmp_path / "other"
+    build_ladder_model("nano", tokenizer, seed=1).save_pretrained(other)
+    policies, data = [str(tiny_study / "base")], tiny_study / "data"
+    # A vanishing learning rate: the trained PRM's backbone is its initial one.
+    spec = PRMSpec(**{**TINY, "learning_rate": 1e-12})
+    record = train_prm("nano", policies, data, tmp_path / "prm", spec, backbone=other)
+    assert record["init"] == str(other) and record["spec"]["init"] == "base"
+    key = "model.embed_tokens.weight"
+    trained = load_file(tmp_path / "prm" / "model.safetensors")[key]
+    assert torch.allclose(trained, load_file(other / "model.safetensors")[key], atol=1e-6)
+    assert not torch.allclose(trained, load_file(tiny_study / "base" / "model.safetensors")[key])
+    assert train_prm("nano", policies, data, tmp_path / "own", spec)["init"] == policies[0]
+
+    micro = tmp_path / "micro"
+    build_ladder_model("micro", tokenizer, seed=0).save_pretrained(micro)
+    with pytest.raises(ValueError, match="no base policy of size 'nano'"):
+        train_prm("nano", policies, data, tmp_path / "bad", spec, backbone=micro)

@@ -8,7 +8,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -166,7 +166,8 @@ def _phase(p: PhaseFlops) -> dict:
 
 def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
               out_dir: str | Path, spec: PRMSpec | None = None,
-              length_groups_per_batch: int = LENGTH_GROUPS, device: str = "cpu") -> dict:
+              length_groups_per_batch: int = LENGTH_GROUPS, device: str = "cpu",
+              backbone: str | Path | None = None) -> dict:
     """Train PRM ladder size ``size`` on step labels; returns the ``prm.json`` record
     (metrics that are undefined -- one class only among the held-out steps -- are None).
 
@@ -180,8 +181,9 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
        trained on;
     4. a ``Qwen2ForTokenClassification`` of ``ladder_config(size, vocab)`` with 2 labels --
        random init, or the same-size base policy's backbone (``init``,
-       :func:`init_classifier`) -- is fully fine-tuned for ``steps`` AdamW steps, loss =
-       cross-entropy at the step separators only;
+       :func:`init_classifier`; ``backbone``: another checkpoint of that architecture in
+       place of the sampling policies, e.g. ``bench/prm_draws.py --backbone``) -- is fully
+       fine-tuned for ``steps`` AdamW steps, loss = cross-entropy at the step separators only;
     5. held-out step AUC and accuracy at 0.5, on the policies' samples (``auc``,
        ``accuracy``: what the PRM scores in RL) and on every held-out example (``all``);
        per error family of the wrong steps (:func:`race.data.task.line_errors`), the AUC of
@@ -216,7 +218,10 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
     if not train_ex:
         raise ValueError("race prm: no training example (raise prm.n_prompts)")
 
-    model, init = init_classifier(size, tokenizer, policies, spec)
+    if backbone:  # init "base": a backbone of another architecture is an error, not random
+        spec = replace(spec, init="base")
+    model, init = init_classifier(size, tokenizer, [str(backbone)] if backbone else policies,
+                                  spec)
     model.to(device)  # initialised on the CPU: a seed gives the same model on either device
     pad = tokenizer.pad_token_id
     fitted = fit(model, [encode(tokenizer, e) for e in train_ex], spec, pad,
