@@ -585,12 +585,56 @@ def cli_report(gappy, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("cli")
     gappy.to_csv(tmp / "runs.csv", index=False)
-    # The slice of the config the workflow's report rule passes (study and eval).
-    config = json.dumps({"study": "cli-study",
-                         "eval": {"targets": ["in_pass1", "ood_pass1", "maj_k"]}})
+    # The slice of the config the workflow's report rule passes (study, eval and rewards),
+    # and the prm.json records of the two PRMs it trained.
+    for size, auc in (("mini", 0.96), ("nano", 0.84)):
+        (tmp / f"prm_{size}.json").write_text(json.dumps(prm_record(size, auc)))
     assert main(["report", str(tmp / "runs.csv"), "--out", str(tmp / "reports"),
-                 "--config", config]) == 0
+                 *cli_report_args(tmp)]) == 0
     return tmp
+
+
+CLI_CONFIG = {"study": "cli-study",
+              "eval": {"targets": ["in_pass1", "ood_pass1", "maj_k"], "prm": "mini"},
+              "rewards": {"rule": {"type": "rule"}, "prm": {"type": "prm", "prm": "mini"}}}
+
+
+def cli_report_args(folder: Path) -> list[str]:
+    """The config slice and PRM records ``cli_report`` passes (its prm_*.json in ``folder``)."""
+    records = [str(folder / f"prm_{size}.json") for size in ("mini", "nano")]
+    return ["--config", json.dumps(CLI_CONFIG), "--prm", *records]
+
+
+def prm_record(size: str, auc: float) -> dict:
+    """The fields of a prm.json (race.feedback.prm_training.train_prm) the report reads."""
+    return {"size": size, "init": f"/abs/results/base/size~{size}", "params": 1000,
+            "spec": {"steps": 1500}, "steps": 3000, "auc": auc, "accuracy": auc - 0.1,
+            "heldout": {"sampled_no_answer": {"auc": auc - 0.2}},
+            "auc_by_error": {"arithmetic": auc, "truncated": 1.0, "answer": None},
+            "steps_by_error": {"arithmetic": 400, "truncated": 500, "answer": 0}}
+
+
+def test_feedback_table_reads_each_prm_and_who_uses_it():
+    from race.analysis.feedback import feedback_md, feedback_table
+
+    config = {"rewards": {"prm": {"type": "prm", "prm": "mini"},
+                          "rule+prm": {"type": "rule+prm", "prm": "mini"},
+                          "prm_weak": {"type": "prm", "prm": "nano"}, "rule": {"type": "rule"}},
+              "eval": {"prm": "mini"}}
+    table = feedback_table([prm_record("nano", 0.84), prm_record("mini", 0.96)], config)
+    assert table["prm"].tolist() == ["mini", "nano"]
+    assert table["used_by"].tolist() == ["prm+rule+prm+eval", "prm_weak"]
+    mini = table.iloc[0]
+    assert mini["init"] == "size~mini" and mini["train_steps"] == 1500
+    assert (mini["auc"], mini["auc_step_lines"], mini["auc_arithmetic"]) == pytest.approx(
+        (0.96, 0.76, 0.96))
+    assert math.isnan(mini["auc_answer"]) and mini["n_answer"] == 0 and mini["n_sign"] == 0
+    md = feedback_md(table)
+    # Only the families some PRM saw get a column; a row per PRM, no absolute path.
+    assert "| arithmetic | truncated |" in md and "answer (" not in md and "/abs/" not in md
+    assert "| mini | prm+rule+prm+eval | size~mini | 3000 | 0.960 | 0.760 | 0.860 | 0.96 (400)" \
+        in md
+    assert "No PRM was trained" in feedback_md(feedback_table([], config))
 
 
 def test_cli_report_writes_everything(cli_report):
@@ -618,7 +662,12 @@ def test_cli_report_writes_everything(cli_report):
             if p.parent.name != "figures"} >= {"frontier/rule/in_pass1.png",
                                                "fits/prm/ood_pass1.png", "same_flop/rule.png",
                                                "compute_breakdown/prm.png"}
-    for section in ["## FLOP conventions", "## Frontier", "## Regime", "## RACE",
+    feedback = pd.read_csv(out / "feedback.csv", keep_default_na=False)
+    assert feedback[["prm", "used_by", "auc"]].values.tolist() == [["mini", "prm+eval", 0.96],
+                                                                     ["nano", "", 0.84]]
+    assert "| nano | – | size~nano |" in md
+    for section in ["## FLOP conventions", "## Feedback models", "## Frontier", "## Regime",
+                    "## RACE",
                     "## Compute–performance fits", "## Nested budget rungs", "## Missing cells",
                     "## Caveats", "](figures/frontier.png)", "Median width"]:
         assert section in md, section
@@ -668,10 +717,14 @@ def test_single_column_folders_are_rewritten(study, tmp_path):
 
 def test_write_reports_is_deterministic(cli_report, report, tmp_path):
     """The same table, analysed in memory, writes byte-identical files (no time, fixed order)."""
+    from dataclasses import replace
+
+    from race.analysis.feedback import feedback_table, read_records
     from race.analysis.report import write_tables
 
     out = cli_report / "reports"
-    rep = report
+    records = read_records(sorted(cli_report.glob("prm_*.json")))
+    rep = replace(report, feedback=feedback_table(records, CLI_CONFIG))
     for path in write_tables(rep, tmp_path):
         assert path.read_bytes() == (out / path.name).read_bytes(), path.name
     again = figures.save(figures.plot_regime_map(rep.figure_data()), tmp_path, "regime_map")
@@ -686,10 +739,8 @@ def test_report_on_two_processes_writes_the_same_files(gappy, cli_report, tmp_pa
 
     assert pmap(abs, [-3, 2, -1], workers=2) == [3, 2, 1]  # input order
     gappy.to_csv(tmp_path / "runs.csv", index=False)
-    config = json.dumps({"study": "cli-study",
-                         "eval": {"targets": ["in_pass1", "ood_pass1", "maj_k"]}})
     assert main(["report", str(tmp_path / "runs.csv"), "--out", str(tmp_path / "reports"),
-                 "--config", config, "--threads", "2"]) == 0
+                 *cli_report_args(cli_report), "--threads", "2"]) == 0
     one, two = cli_report / "reports", tmp_path / "reports"
     files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(two) for p in two.rglob("*") if p.is_file())

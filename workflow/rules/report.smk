@@ -10,6 +10,7 @@ rule report:
         "../../envs/race.yaml"
     input:
         stages=in_results("stages.csv"),
+        prms=expand(in_results("prm/size~{prm}/prm.json"), prm=PRMS),
     output:
         report="reports/report.md",
         page=report("reports/report.html", caption="../report/report.rst", category="Report"),
@@ -42,7 +43,7 @@ rule report:
         },
     params:
         race=RACE,
-        config=S.config_slice(STUDY, "study", "eval", "race"),
+        config=S.config_slice(STUDY, "study", "eval", "race", "rewards"),
         out=lambda w, output: os.path.dirname(output.report),
     log:
         "logs/report.log",
@@ -51,4 +52,4 @@ rule report:
         mem_mb=res("report", "mem_mb"),
         runtime=res("report", "runtime"),
     shell:
-        "{params.race} report {input.stages} --out {params.out} --config {params.config:q} --threads {threads} > {log} 2>&1"
+        "{params.race} report {input.stages} --prm {input.prms} --out {params.out} --config {params.config:q} --threads {threads} > {log} 2>&1"

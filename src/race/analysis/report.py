@@ -7,14 +7,16 @@ Entry point: :func:`write_reports`. Inputs and conventions:
   tables may be given for any stage (``pilot_csv`` ...): each replaces that stage's rows, and all
   of its rows are taken as that stage.
 - ``config`` (a mapping, a YAML path, or None; the study config of :mod:`race.study.config`) is read
-  for two keys only: ``study`` (the name; a mapping with ``name`` works too; default: the
-  table's ``study`` column) and ``eval.targets`` (the targets to report, in that order; default:
-  every target with a value). A configured target without a value in the table is listed in the
-  report as not evaluated rather than failing.
+  for ``study`` (the name; a mapping with ``name`` works too; default: the table's ``study``
+  column), ``eval.targets`` (the targets to report, in that order; default: every target with
+  a value), and ``rewards`` / ``eval.prm`` (which rewards each PRM serves). A configured target
+  without a value in the table is listed in the report as not evaluated rather than failing.
+- ``prm_records``: the ``prm.json`` files of the PRMs the study trained (the feedback-model
+  table, :mod:`race.analysis.feedback`); none for a study without one.
 - Output (all paths relative to ``out_dir``): runs.csv (the input, sorted), frontier.csv,
   regime.csv, missing.csv, pilot_rankings.csv, agreement.csv, agreement_ranks.csv,
-  race_cost.csv, fits.csv, figures/<name>.png|svg (the overview grids), report.md, and the
-  single-column figures for a paper (:mod:`race.analysis.paper_figures`):
+  race_cost.csv, fits.csv, feedback.csv, figures/<name>.png|svg (the overview grids),
+  report.md, and the single-column figures for a paper (:mod:`race.analysis.paper_figures`):
   figures/<name>/<reward>/<target>.png|svg for frontier, regime_map, race_agreement and fits,
   figures/<name>/<reward>.png|svg for compute_breakdown and same_flop. Every file but the
   single-column ones is written on every run (empty tables keep their header; a figure whose
@@ -36,6 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from race.analysis import figures, paper_figures
+from race.analysis.feedback import FEEDBACK_COLUMNS, feedback_md, feedback_table, read_records
 from race.analysis.fit import band_table, fit_table, rung_points
 from race.analysis.frontier import (
     CELL_KEYS,
@@ -219,6 +222,9 @@ class Report:
     panels: dict[str, list[str]] = field(default_factory=dict)
     #: configured targets with no value in the table
     targets_not_evaluated: list[str] = field(default_factory=list)
+    #: the trained PRMs' held-out quality (race.analysis.feedback), empty without one
+    feedback: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        columns=FEEDBACK_COLUMNS))
 
     def figure_data(self) -> figures.FigureData:
         return figures.FigureData(runs=self.runs, summary=self.summary, frontier=self.frontier,
@@ -308,6 +314,14 @@ def render(rep: Report) -> str:
                if rep.targets_not_evaluated else ""), "",
             _stage_line(runs), ""]
     out += ["## FLOP conventions", "", FLOP_CONVENTIONS, ""]
+    out += ["## Feedback models", "",
+            "Each PRM this study trained, on the sampled completions of prompts it was not "
+            "trained on: step AUC over all steps, over the step lines alone (an answer line is "
+            "correct whenever it repeats the last stated result, an easy positive), accuracy "
+            "at 0.5, and per error family the AUC of the correct steps against that family's "
+            "wrong steps (their number in brackets). A family near 0.5 is an error the PRM "
+            "does not see: as a reward, it pays for it. `feedback.csv`.", "",
+            feedback_md(rep.feedback), ""]
     out += ["## Frontier: the best config at each budget", "",
             "Per reward × target × budget rung, the (size, allocation) with the highest mean "
             "accuracy over seeds, pooled over the pilot, validation and full grids (a run "
@@ -398,6 +412,7 @@ def write_tables(rep: Report, out: Path) -> list[Path]:
         _write_csv(rep.regime, out / "regime.csv"),
         _write_csv(rep.missing, out / "missing.csv"),
         _write_csv(rep.fits, out / "fits.csv"),
+        _write_csv(rep.feedback, out / "feedback.csv"),
         _write_csv(rep.rankings, out / "pilot_rankings.csv"),
         _write_csv(ag.table if ag else pd.DataFrame(columns=AGREEMENT_COLUMNS),
                    out / "agreement.csv"),
@@ -411,9 +426,11 @@ def write_tables(rep: Report, out: Path) -> list[Path]:
 def write_reports(runs_csv: str | Path, out_dir: str | Path,
                   config: Mapping | str | Path | None = None, *,
                   pilot_csv: str | Path | None = None, validation_csv: str | Path | None = None,
-                  full_csv: str | Path | None = None, workers: int = 1) -> list[Path]:
+                  full_csv: str | Path | None = None, workers: int = 1,
+                  prm_records: list[str | Path] | None = None) -> list[Path]:
     """Write every table, figure and report.md under ``out_dir``; return the paths, sorted.
-    ``workers``: processes for the fits, bands and figures (the same files for any number)."""
+    ``workers``: processes for the fits, bands and figures (the same files for any number);
+    ``prm_records``: the trained PRMs' ``prm.json`` files."""
     cfg = read_config(config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -425,6 +442,7 @@ def write_reports(runs_csv: str | Path, out_dir: str | Path,
     search_at = section.get("search_at") if isinstance(section, Mapping) else None
     rep = analyse(runs, targets, study_name(cfg, runs), search_at == "base_and_top", workers)
     rep.targets_not_evaluated = [t for t in wanted if t not in available]
+    rep.feedback = feedback_table(read_records(prm_records or []), cfg)
     paths = write_tables(rep, out)
     data = rep.figure_data()
     figs = figures.write_all(data, out / FIGURE_DIR, workers)

@@ -4,7 +4,7 @@ per-target ones for the study's RACE targets), report.md, and the pages Snakemak
 report shows (report.html, one caption per figure: race.analysis.report_pages).
 
     race report RUNS_CSV --out reports/ [--config config.yaml] [--threads N]
-                [--pilot-csv P] [--validation-csv V] [--full-csv F]
+                [--pilot-csv P] [--validation-csv V] [--full-csv F] [--prm PRM_JSON ...]
 
 The grids are separated by the ``stage`` column of RUNS_CSV; a per-stage CSV replaces that
 stage's rows (see race.analysis.report).
@@ -28,6 +28,8 @@ def add_arguments(p) -> None:
     p.add_argument("--validation-csv", default=None,
                    help="validation rows (replace stage == 'validation')")
     p.add_argument("--full-csv", default=None, help="full-grid rows (replace stage == 'full')")
+    p.add_argument("--prm", nargs="*", default=[], metavar="PRM_JSON",
+                   help="prm.json of each PRM the study trained (the feedback-model table)")
     p.add_argument("--threads", type=int, default=1,
                    help="processes for the fits, bands and figures (same files for any number)")
 
@@ -39,7 +41,7 @@ def run(args) -> int:
     try:
         paths = write_reports(args.runs_csv, args.out, args.config, pilot_csv=args.pilot_csv,
                               validation_csv=args.validation_csv, full_csv=args.full_csv,
-                              workers=args.threads)
+                              workers=args.threads, prm_records=args.prm)
         paths += write_pages(args.out)
     except ValueError as exc:  # a table or target problem: say it, no traceback
         raise SystemExit(f"race report: {exc}") from exc
