@@ -623,17 +623,17 @@ def test_feedback_table_reads_each_prm_and_who_uses_it():
               "eval": {"prm": "mini"}}
     table = feedback_table([prm_record("nano", 0.84), prm_record("mini", 0.96)], config)
     assert table["prm"].tolist() == ["mini", "nano"]
-    assert table["used_by"].tolist() == ["prm+rule+prm+eval", "prm_weak"]
+    assert table["used_by"].tolist() == ["prm, rule+prm, eval", "prm_weak"]
     mini = table.iloc[0]
-    assert mini["init"] == "size~mini" and mini["train_steps"] == 1500
+    assert mini["init"] == "base/size~mini" and mini["train_steps"] == 1500
     assert (mini["auc"], mini["auc_step_lines"], mini["auc_arithmetic"]) == pytest.approx(
         (0.96, 0.76, 0.96))
     assert math.isnan(mini["auc_answer"]) and mini["n_answer"] == 0 and mini["n_sign"] == 0
     md = feedback_md(table)
     # Only the families some PRM saw get a column; a row per PRM, no absolute path.
     assert "| arithmetic | truncated |" in md and "answer (" not in md and "/abs/" not in md
-    assert "| mini | prm+rule+prm+eval | size~mini | 3000 | 0.960 | 0.760 | 0.860 | 0.96 (400)" \
-        in md
+    assert ("| mini | prm, rule+prm, eval | base/size~mini | 3000 | 0.960 | 0.760 | 0.860 "
+            "| 0.96 (400)") in md
     assert "No PRM was trained" in feedback_md(feedback_table([], config))
 
 
@@ -663,9 +663,9 @@ def test_cli_report_writes_everything(cli_report):
                                                "fits/prm/ood_pass1.png", "same_flop/rule.png",
                                                "compute_breakdown/prm.png"}
     feedback = pd.read_csv(out / "feedback.csv", keep_default_na=False)
-    assert feedback[["prm", "used_by", "auc"]].values.tolist() == [["mini", "prm+eval", 0.96],
+    assert feedback[["prm", "used_by", "auc"]].values.tolist() == [["mini", "prm, eval", 0.96],
                                                                      ["nano", "", 0.84]]
-    assert "| nano | – | size~nano |" in md
+    assert "| nano | – | base/size~nano |" in md
     for section in ["## FLOP conventions", "## Feedback models", "## Frontier", "## Regime",
                     "## RACE",
                     "## Compute–performance fits", "## Nested budget rungs", "## Missing cells",

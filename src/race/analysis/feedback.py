@@ -43,14 +43,15 @@ def read_records(paths: Iterable[str | Path]) -> list[dict]:
 
 
 def users(config: Mapping, prm: str) -> str:
-    """The reward systems (and ``eval``) of ``config`` that score with PRM ``prm``, "+"-joined."""
+    """The reward systems (and ``eval``) of ``config`` that score with PRM ``prm``, joined by
+    ", " (a reward's own name may hold a "+")."""
     rewards = config.get("rewards") or {}
     names = sorted(name for name, r in rewards.items()
                    if isinstance(r, Mapping) and r.get("prm") == prm)
     evaluation = config.get("eval") if isinstance(config.get("eval"), Mapping) else {}
     if evaluation.get("prm") == prm:
         names.append("eval")
-    return "+".join(names)
+    return ", ".join(names)
 
 
 def _value(x: object) -> float:
@@ -60,15 +61,15 @@ def _value(x: object) -> float:
 def feedback_table(records: Iterable[Mapping], config: Mapping | None = None) -> pd.DataFrame:
     """One row per PRM record (columns :data:`FEEDBACK_COLUMNS`), sorted by PRM name.
 
-    ``init`` is "random" or the folder the backbone came from (its last path part: no
-    absolute paths in a report)."""
+    ``init`` is "random" or the folder the backbone came from (its last two path parts, e.g.
+    ``base/size~mini``: no absolute paths in a report)."""
     rows = []
     for r in records:
         held = r.get("heldout") or {}
         by_error = r.get("steps_by_error") or {}
         init = str(r.get("init", ""))
         row = {"prm": r["size"], "used_by": users(config or {}, r["size"]),
-               "init": init if init in ("random", "") else Path(init).name,
+               "init": init if init in ("random", "") else "/".join(Path(init).parts[-2:]),
                "params": r.get("params"), "train_steps": (r.get("spec") or {}).get("steps"),
                "heldout_steps": r.get("steps"), "auc": _value(r.get("auc")),
                "auc_step_lines": _value((held.get("sampled_no_answer") or {}).get("auc")),
