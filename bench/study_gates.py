@@ -8,6 +8,11 @@ validation seeds' spread per config; per reward, how many (size, rung) regime ce
 decided allocation (z >= 2), and the same gap's z from the per-prompt paired difference
 (both allocations were sampled on the same eval-in prompts: what a paired test would decide);
 and rule+prm vs rule at the top rung per size and allocation.
+
+The paired z is a diagnostic, not the report's test: it removes the prompts' shared difficulty
+from the evaluation noise, and like the report's z at one seed it holds nothing of the
+training seed's noise, which the validation seeds measure (the spread printed above). A gap
+that is paired-significant but smaller than that spread would not survive a retraining.
 """
 
 import argparse
