@@ -669,7 +669,8 @@ def test_cli_report_writes_everything(cli_report):
     for section in ["## FLOP conventions", "## Feedback models", "## Frontier", "## Regime",
                     "## RACE",
                     "## Compute–performance fits", "## Nested budget rungs", "## Missing cells",
-                    "## Caveats", "](figures/frontier.png)", "Median width"]:
+                    "## Caveats", "](figures/frontier.png)", "Median width",
+                    "holds the evaluation's noise only"]:
         assert section in md, section
     assert str(cli_report) not in md  # relative links only
     missing = pd.read_csv(out / "missing.csv")
@@ -766,3 +767,21 @@ def test_cli_select(study, tmp_path):
     with pytest.raises(SystemExit):
         main(["select", str(tmp_path / "runs.csv"), "--top-k", "1", "--baseline", "nope",
               "--out", str(out)])
+
+
+def test_seed_spread_caveat_measures_training_noise():
+    """Configs run on two seeds give the spread a one-seed gap must beat; none: not measured."""
+    from race.analysis.report import seed_spread, seed_spread_text
+
+    def acc(size, reward, alloc, seed, budget, target):
+        return 0.5 + (0.02 if alloc == "base" else 0.05) * seed  # 2 and 5 points apart
+
+    two = make_runs(sizes=("nano",), rewards=("rule",), allocs=("base", "search"),
+                    targets=(T,), budgets=(1e11,), seeds=(0, 1), acc=acc)
+    assert seed_spread(two, T) == pytest.approx((5.0, 3.5, 2))
+    text = seed_spread_text(two, [T])
+    assert "up to 5.0 points (median 3.5, 2 configs × rungs)" in text
+    one = make_runs(sizes=("nano",), rewards=("rule",), allocs=("base",), targets=(T,),
+                    budgets=(1e11,), acc=acc)
+    assert seed_spread(one, T)[2] == 0
+    assert "not measured" in seed_spread_text(one, [T])

@@ -47,6 +47,7 @@ from race.analysis.frontier import (
     frontier_table,
     load_runs,
     missing_cells,
+    pooled,
     regime_table,
     size_order,
     sort_runs,
@@ -192,6 +193,34 @@ def median_interval_width(runs: pd.DataFrame, targets: list[str]) -> float:
     if not widths:
         return math.nan
     return float(pd.concat(widths).median())
+
+
+def seed_spread(runs: pd.DataFrame, target: str) -> tuple[float, float, int]:
+    """How far one config's seeds land apart at one rung: (largest, median, how many groups),
+    accuracy points (max - min over the seeds of a (size, reward, alloc, budget) with two or
+    more seeds, stages pooled). NaNs and 0 groups when no config ran on two seeds."""
+    col = f"acc_{target}"
+    pool = pooled(runs).dropna(subset=[col])
+    g = pool.groupby(["size", "reward", "alloc", "budget"])[col]
+    spread = 100 * (g.max() - g.min())[g.count() >= 2]
+    if spread.empty:
+        return math.nan, math.nan, 0
+    return float(spread.max()), float(spread.median()), int(len(spread))
+
+
+def seed_spread_text(runs: pd.DataFrame, targets: list[str]) -> str:
+    """The caveat that one seed's interval holds no training noise, with the measured spread."""
+    parts = []
+    for t in targets:
+        top, median, n = seed_spread(runs, t)
+        if n:
+            parts.append(f"{target(t)}: up to {pts(top)} points (median {pts(median)}, "
+                         f"{n} configs × rungs)")
+    measured = ("; where a config ran on several seeds, they land this far apart: "
+                + "; ".join(parts) + ". A one-seed gap smaller than that is not a finding"
+                if parts else "; no config ran on two seeds here, so that noise is not measured")
+    return ("- A one-seed interval (and the z of a one-seed gap) holds the evaluation's noise "
+            f"only, not the training seed's{measured}.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -384,6 +413,7 @@ def render(rep: Report) -> str:
             "checked at the validation budget unless the full grid was run.",
             f"- Seeds per stage: {seeds_txt}. Pilot rankings rest on one seed; intervals across "
             "2–3 seeds use a normal approximation and are optimistic.",
+            seed_spread_text(runs, rep.targets),
             f"- Median width of a row's 95% evaluation interval: {pts(100 * width)} accuracy "
             f"points; of the frontier winners' intervals: {pts(100 * win_width)} points. "
             f"{n_overlap} of {len(rep.frontier)} frontier winners overlap their runner-up's "
