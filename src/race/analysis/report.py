@@ -217,7 +217,8 @@ def seed_spread_text(runs: pd.DataFrame, targets: list[str]) -> str:
             parts.append(f"{target(t)}: up to {pts(top)} points (median {pts(median)}, "
                          f"{n} configs × rungs)")
     measured = ("; where a config ran on several seeds, they land this far apart: "
-                + "; ".join(parts) + ". A one-seed gap smaller than that is not a finding"
+                + "; ".join(parts)
+                + ". A one-seed gap of that size can come from the training seed alone"
                 if parts else "; no config ran on two seeds here, so that noise is not measured")
     return ("- A one-seed interval (and the z of a one-seed gap) holds the evaluation's noise "
             f"only, not the training seed's{measured}.")
