@@ -20,6 +20,11 @@ rule report:
             category="Tables",
         ),
         regime=report("reports/regime.csv", caption="../report/regime.rst", category="Tables"),
+        feedback=report(
+            "reports/feedback.csv",
+            caption="../report/feedback.rst",
+            category="Tables",
+        ),
         # One entry per figure, each with its own caption, written by the job from the
         # captions report.md uses (race.analysis.report_pages).
         **{
