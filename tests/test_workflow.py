@@ -174,6 +174,10 @@ def test_smoke_study_end_to_end(smoke_study):
     assert all(n == distinct for n, distinct in evals.values())  # no (key, step) twice
     for name in ("report.md", "frontier.csv", "regime.csv"):
         assert (wd / "reports" / name).exists()
+    # The report reads the trained PRM's record: one row, the rewards and evaluation using it.
+    feedback = pd.read_csv(wd / "reports" / "feedback.csv")
+    assert feedback[["prm", "used_by"]].values.tolist() == [["nano", "rule+prm, eval"]]
+    assert "## Feedback models" in (wd / "reports" / "report.md").read_text()
     # The noisy teacher wrote the base policies' solutions; sampled pass@1 ran everywhere.
     pre = json.loads((wd / "results" / "base" / "size~nano" / "pre.json").read_text())
     written = pre["teacher"]["written"]
