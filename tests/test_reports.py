@@ -637,6 +637,20 @@ def test_feedback_table_reads_each_prm_and_who_uses_it():
     assert "No PRM was trained" in feedback_md(feedback_table([], config))
 
 
+def test_bad_prm_records_name_the_file(tmp_path):
+    from race.analysis.feedback import read_records
+    from race.cli import main
+
+    (tmp_path / "runs.csv").write_text("size\n")
+    (tmp_path / "other.json").write_text('{"auc": 0.9}')
+    for name, message in (("absent.json", "cannot be read"), ("other.json", "no 'size' key")):
+        with pytest.raises(ValueError, match=f"{name}: .*{message}"):
+            read_records([tmp_path / name])
+    with pytest.raises(SystemExit, match="race report: PRM record .*absent.json"):
+        main(["report", str(tmp_path / "runs.csv"), "--out", str(tmp_path / "out"),
+              "--prm", str(tmp_path / "absent.json")])
+
+
 def test_cli_report_writes_everything(cli_report):
     out = cli_report / "reports"
     for name in ["runs", "frontier", "regime", "missing", "fits", "pilot_rankings",

@@ -38,8 +38,18 @@ FEEDBACK_COLUMNS = (
 
 
 def read_records(paths: Iterable[str | Path]) -> list[dict]:
-    """The ``prm.json`` records at ``paths``, in the order given."""
-    return [json.loads(Path(p).read_text()) for p in paths]
+    """The ``prm.json`` records at ``paths``, in the order given; ``ValueError`` naming the
+    file when one is missing, not JSON, or not a PRM record (no ``size``)."""
+    records = []
+    for p in map(Path, paths):
+        try:
+            record = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"PRM record {p}: cannot be read ({exc})") from exc
+        if not isinstance(record, dict) or "size" not in record:
+            raise ValueError(f"PRM record {p}: not a prm.json (no 'size' key)")
+        records.append(record)
+    return records
 
 
 def users(config: Mapping, prm: str) -> str:

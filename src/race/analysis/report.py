@@ -463,6 +463,7 @@ def write_reports(runs_csv: str | Path, out_dir: str | Path,
     ``workers``: processes for the fits, bands and figures (the same files for any number);
     ``prm_records``: the trained PRMs' ``prm.json`` files."""
     cfg = read_config(config)
+    records = read_records(prm_records or [])  # a bad record fails before any work
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs = load_tables(runs_csv, pilot_csv, validation_csv, full_csv)
@@ -473,7 +474,7 @@ def write_reports(runs_csv: str | Path, out_dir: str | Path,
     search_at = section.get("search_at") if isinstance(section, Mapping) else None
     rep = analyse(runs, targets, study_name(cfg, runs), search_at == "base_and_top", workers)
     rep.targets_not_evaluated = [t for t in wanted if t not in available]
-    rep.feedback = feedback_table(read_records(prm_records or []), cfg)
+    rep.feedback = feedback_table(records, cfg)
     paths = write_tables(rep, out)
     data = rep.figure_data()
     figs = figures.write_all(data, out / FIGURE_DIR, workers)
