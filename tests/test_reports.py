@@ -634,7 +634,7 @@ def test_feedback_table_reads_each_prm_and_who_uses_it():
     assert "| arithmetic | truncated |" in md and "answer (" not in md and "/abs/" not in md
     assert ("| mini | prm, rule+prm, eval | base/size~mini | 3000 | 0.960 | 0.760 | 0.860 "
             "| 0.96 (400)") in md
-    assert "No PRM was trained" in feedback_md(feedback_table([], config))
+    assert "No record of a trained PRM" in feedback_md(feedback_table([], config))
 
 
 def test_bad_prm_records_name_the_file(tmp_path):

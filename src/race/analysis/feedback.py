@@ -96,7 +96,8 @@ def feedback_md(table: pd.DataFrame) -> str:
     """The table for report.md: AUCs per PRM, then per error family as "AUC (steps)" for the
     families any PRM saw."""
     if table.empty:
-        return "No PRM was trained in this study (a rule or hub reward only)."
+        return ("No record of a trained PRM: the study trained none (rule or hub rewards "
+                "only), or `race report` was given none (`--prm`).")
     families = [f for f in LINE_ERRORS if table[f"n_{f}"].sum() > 0]
     header = ["PRM", "used by", "init", "held-out steps", "AUC", "step lines", "accuracy"]
     header += families
