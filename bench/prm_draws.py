@@ -26,7 +26,6 @@ draw and on this one says the held-out data are sound and the training did not l
 """
 
 import argparse
-import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -36,17 +35,15 @@ from base_headroom import apply_overrides
 
 from race.data.tokenizer import load_tokenizer
 from race.feedback.prm_data import Example
-from race.feedback.prm_training import heldout_metrics, train_prm
+from race.feedback.prm_training import (
+    headline_metrics,
+    heldout_metrics,
+    read_examples,
+    train_prm,
+)
 from race.policy.optim import LENGTH_GROUPS
 from race.study.config import check_config, load_config
 from race.study.specs import PRMSpec
-
-
-def heldout_examples(samples_jsonl: Path) -> list[Example]:
-    """The held-out examples a trained PRM wrote to its ``samples.jsonl``."""
-    rows = [json.loads(line) for line in samples_jsonl.read_text().splitlines() if line]
-    return [Example(r["prompt"], r["completion"], tuple(bool(x) for x in r["labels"]),
-                    r["source"], tuple(r["errors"])) for r in rows if r["split"] == "heldout"]
 
 
 def score_with(prm_dir: Path, examples: list[Example]) -> dict:
@@ -54,9 +51,7 @@ def score_with(prm_dir: Path, examples: list[Example]) -> dict:
     from transformers import Qwen2ForTokenClassification
 
     model = Qwen2ForTokenClassification.from_pretrained(prm_dir, use_safetensors=True).eval()
-    m = heldout_metrics(model, load_tokenizer(prm_dir), examples)
-    return {"auc": m["sampled"]["auc"], "heldout": m,
-            "auc_by_error": {f: v["auc"] for f, v in m["sampled_by_error"].items()}}
+    return headline_metrics(heldout_metrics(model, load_tokenizer(prm_dir), examples))
 
 
 def report(label: str, r: dict) -> None:
@@ -93,7 +88,7 @@ def main() -> None:
     spec = replace(spec, steps=args.steps or spec.steps,
                    learning_rate=args.lr or spec.learning_rate)
     if args.score_with:
-        examples = heldout_examples(results / "prm" / f"size~{args.size}" / "samples.jsonl")
+        examples = read_examples(results / "prm" / f"size~{args.size}" / "samples.jsonl")
         print(f"held-out PRM samples of {results} ({len(examples)} completions) scored by:")
         for prm_dir in args.score_with:
             report(str(prm_dir), score_with(prm_dir, examples))

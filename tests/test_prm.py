@@ -542,7 +542,7 @@ TINY = {"n_prompts": 16, "samples_per_prompt": 2, "max_new_tokens": 20, "steps":
 
 def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path):
     from race.cli import main
-    from race.feedback.prm_training import train_prm
+    from race.feedback.prm_training import read_examples, train_prm
     from race.study.jobs import PrmJob, to_json
 
     out = tmp_path / "prm" / "size~nano"
@@ -576,6 +576,9 @@ def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path):
     assert all((e is None) == bool(y) for s in samples for e, y in zip(s["errors"], s["labels"],
                                                                        strict=True))
     assert held and not held & {s["prompt"] for s in samples if s["split"] == "train"}
+    heldout = read_examples(out / "samples.jsonl")  # what bench/prm_draws.py --score-with reads
+    assert len(heldout) == record["examples"]["heldout"]
+    assert {e.prompt for e in heldout} == held
     # The trained PRM loads by ladder name and scores.
     prm = load_prm("nano", results_dir=str(tmp_path))
     assert len(prm.score([PROMPT], [GOOD])) == 1

@@ -160,6 +160,26 @@ def heldout_metrics(model, tokenizer, examples: list[Example]) -> dict:
     return out
 
 
+def headline_metrics(metrics: dict) -> dict:
+    """The ``prm.json`` headline fields from :func:`heldout_metrics`: AUC, accuracy, step count
+    and positive rate on the policies' samples, AUC and step count per error family, and the
+    full ``heldout`` metrics."""
+    sampled, by_error = metrics["sampled"], metrics["sampled_by_error"]
+    return {"auc": sampled["auc"], "accuracy": sampled["accuracy"], "steps": sampled["steps"],
+            "positive_rate": sampled["positive_rate"],
+            "auc_by_error": {f: m["auc"] for f, m in by_error.items()},
+            "steps_by_error": {f: m["steps"] for f, m in by_error.items()},
+            "heldout": metrics}
+
+
+def read_examples(samples_jsonl: str | Path, split: str = "heldout") -> list[Example]:
+    """The examples of one split (``train`` or ``heldout``) that :func:`train_prm` wrote to
+    its ``samples.jsonl``."""
+    rows = [json.loads(line) for line in Path(samples_jsonl).read_text().splitlines() if line]
+    return [Example(r["prompt"], r["completion"], tuple(bool(x) for x in r["labels"]),
+                    r["source"], tuple(r["errors"])) for r in rows if r["split"] == split]
+
+
 def _phase(p: PhaseFlops) -> dict:
     return {"model_flops": p.model, "executed_flops": p.executed, "tokens": p.tokens}
 
@@ -218,10 +238,10 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
     if not train_ex:
         raise ValueError("race prm: no training example (raise prm.n_prompts)")
 
+    candidates = policies
     if backbone:  # init "base": a backbone of another architecture is an error, not random
-        spec = replace(spec, init="base")
-    model, init = init_classifier(size, tokenizer, [str(backbone)] if backbone else policies,
-                                  spec)
+        spec, candidates = replace(spec, init="base"), [str(backbone)]
+    model, init = init_classifier(size, tokenizer, candidates, spec)
     model.to(device)  # initialised on the CPU: a seed gives the same model on either device
     pad = tokenizer.pad_token_id
     fitted = fit(model, [encode(tokenizer, e) for e in train_ex], spec, pad,
@@ -247,13 +267,7 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
         "init": init,
         "params": params,
         "non_embedding_params": non_embedding,
-        "auc": metrics["sampled"]["auc"],
-        "accuracy": metrics["sampled"]["accuracy"],
-        "steps": metrics["sampled"]["steps"],
-        "positive_rate": metrics["sampled"]["positive_rate"],
-        "auc_by_error": {f: m["auc"] for f, m in metrics["sampled_by_error"].items()},
-        "steps_by_error": {f: m["steps"] for f, m in metrics["sampled_by_error"].items()},
-        "heldout": metrics,
+        **headline_metrics(metrics),
         "examples": {"train": len(train_ex), "heldout": len(test_ex),
                      **{s: sum(e.source == s for e in examples) for s in
                         ("sample", "reference", "corrupt")}},
