@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from faults import checkpoint, steps_done, wait_for
 
 from race.atomic import current_umask
@@ -159,13 +160,16 @@ def test_determinism(tiny_base, reference_run, tmp_path):
 
 
 def test_the_run_records_its_device_peak_and_utilisation(reference_run):
-    """perf.json: where the run computed and the peak its utilisation divides by; every
-    metrics row: the utilisation of each phase the step ran (mu = 2: every other step
-    generates, the others reuse its batch and run no rollout)."""
+    """perf.json: where the run computed, with which CPU kernels (race.cpu_kernels) and the
+    peak its utilisation divides by; every metrics row: the utilisation of each phase the
+    step ran (mu = 2: every other step generates, the others reuse its batch and run no
+    rollout)."""
     run_dir, _ = reference_run
     perf = json.loads((run_dir / PERF).read_text())
     assert perf["device"] == "cpu" and perf["source"] == "measured"
     assert perf["flops_per_s"] > 0 and perf["threads"] >= 1
+    assert perf["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert perf["mkl_cbwr"] == os.environ.get("MKL_CBWR", "auto")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(r["mfu_learning"] > 0 for r in rows)
     assert [r["mfu_rollout"] is not None for r in rows] == [r["rollout_s"] > 0 for r in rows]

@@ -1,1 +1,10 @@
-"""RACE: where should a fixed RL post-training FLOP budget go? (see docs/design.md)."""
+"""RACE: where should a fixed RL post-training FLOP budget go? (see docs/design.md).
+
+Importing the package pins the CPU kernel path (:mod:`race.cpu_kernels`): every process of a
+study -- the Snakemake scheduler, the jobs it starts, tests and benchmarks -- imports ``race``
+before it computes a tensor, so a study gives the same numbers on every x86-64 machine.
+"""
+
+from race.cpu_kernels import pin_cpu_kernels
+
+pin_cpu_kernels()

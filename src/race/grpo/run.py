@@ -53,6 +53,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from race.atomic import make_temp_dir, write_json_atomic, write_text_atomic
+from race.cpu_kernels import kernel_path
 from race.flops import analytic as flops
 from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import BatchShapes, StepMeter
@@ -399,9 +400,10 @@ def run_training(job: TrainJob) -> dict:
     (run_dir / DONE).unlink(missing_ok=True)
     (run_dir / "train.json").unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    # Where this process computes and its peak (the latest process's, after a resume).
+    # Where this process computes, its peak and CPU kernel path (the latest process's, after a
+    # resume): runs on different kernel paths are not expected to agree bit for bit.
     write_json_atomic(run_dir / PERF, {"device": device, "threads": torch.get_num_threads(),
-                                       **asdict(peak)}, indent=1)
+                                       **kernel_path(), **asdict(peak)}, indent=1)
 
     torch.manual_seed(job.seed)
     tokenizer = load_tokenizer(job.base)

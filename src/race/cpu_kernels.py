@@ -1,0 +1,71 @@
+"""One CPU kernel path on every x86-64 machine, so a study gives the same bits wherever it runs.
+
+Why: PyTorch picks its vectorised CPU kernels (ATen's ``CPU_CAPABILITY``: DEFAULT, AVX2,
+AVX512) and MKL its GEMM code path by the processor it finds. The paths sum in different
+orders, so a forward and backward pass on an AVX-512 machine differs in the last bits from the
+same pass on an AVX2 machine; a few thousand optimizer steps turn that into a different model.
+Measured on the default study: the same commit and seed gave nano a base sampled pass@1 about
+10 points apart on two machines (``bench/cpu_kernels.py`` prints the bit-level check).
+
+What: :func:`pin_cpu_kernels` sets ``ATEN_CPU_CAPABILITY=avx2`` and ``MKL_CBWR=AVX2`` (MKL's
+conditional numerical reproducibility) in this process's environment -- inherited by every job
+it starts -- when the processor supports AVX2 and the user has not set them. Both are read at
+the first CPU kernel call, not at ``import torch``, so importing :mod:`race` (which calls it)
+before any tensor is computed is enough. A value the user sets wins: ``ATEN_CPU_CAPABILITY=
+avx512`` (or ``default``) and ``MKL_CBWR=AUTO`` give the machine's own, unpinned path.
+
+What not: machines without AVX2 or other architectures (ARM) keep their own kernels, so their
+numbers are reproducible only on the same kind of machine; GPU kernels are not affected (CUDA
+determinism is a separate matter). ``bench/cpu_kernels.py`` measures what the pin costs in
+speed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import MutableMapping
+from pathlib import Path
+
+#: The pinned values: the AVX2 path exists on every x86-64 server and laptop since about 2013.
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+
+
+def has_avx2(cpuinfo: str | None = None, machine: str | None = None) -> bool:
+    """Whether this is an x86-64 processor with AVX2 and FMA (Linux: ``/proc/cpuinfo``'s
+    flags; elsewhere unknown, so False: an AVX2 kernel on a processor without it would crash,
+    while an unpinned path only loses cross-machine identity)."""
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64"):
+        return False
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return {"avx2", "fma"} <= flags
+    return False
+
+
+def pin_cpu_kernels(environ: MutableMapping[str, str] | None = None,
+                    avx2: bool | None = None) -> dict[str, str]:
+    """Set the :data:`PINNED` variables in ``environ`` (default ``os.environ``) where unset and
+    the processor supports them; returns the ones this call set (empty when it set none)."""
+    environ = os.environ if environ is None else environ
+    if not (has_avx2() if avx2 is None else avx2):
+        return {}
+    unset = {k: v for k, v in PINNED.items() if k not in environ}
+    environ.update(unset)
+    return unset
+
+
+def kernel_path() -> dict[str, str]:
+    """The kernel path this process computes with (recorded beside a run's device): ATen's CPU
+    capability and MKL's reproducibility branch (``auto`` when unset)."""
+    import torch
+
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkl_cbwr": os.environ.get("MKL_CBWR", "auto")}
