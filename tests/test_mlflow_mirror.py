@@ -1,6 +1,7 @@
 """``race mlflow-log``: one MLflow run per cell, nothing logged twice, live runs completed."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -236,6 +237,7 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
     assert study.data.metrics["study/cells"] == 1 and study.data.metrics["study/model_flops"] == 300
     assert study.data.metrics["study/decided_cells"] == 1
     assert study.data.tags["git_commit"] and study.data.tags["version.torch"]
+    assert study.data.tags["cpu_kernels.MKL_CBWR"] == os.environ.get("MKL_CBWR", "unset")
     files = {a.path for a in client.list_artifacts(study.info.run_id)}
     assert {"config.json", "reports"} <= files
     assert {a.path for a in client.list_artifacts(study.info.run_id, "reports/figures")} == {

@@ -66,6 +66,12 @@ def pin_cpu_kernels(environ: MutableMapping[str, str] | None = None,
     return unset
 
 
+def kernel_settings() -> dict[str, str]:
+    """The kernel-path variables as this process (and the jobs it starts) sees them, ``unset``
+    where none is set: what a study run records, without importing torch."""
+    return {f"cpu_kernels.{k}": os.environ.get(k, "unset") for k in PINNED}
+
+
 def kernel_path() -> dict[str, str]:
     """The kernel path this process computes with (recorded beside a run's device): ATen's CPU
     capability and MKL's reproducibility branch (``auto`` when unset)."""

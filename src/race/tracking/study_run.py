@@ -3,9 +3,9 @@
 
 Once the study is mirrored, :func:`finish_study_run` gives it what a reader needs to trust and
 rerun the study: the resolved config (artifact ``config.json``), the git commit of the code and
-the versions of the stack (tags: unlike params they may change between reruns), summary
-metrics (``study/...``, at step 0) and the reports (``report.md``, the tables and the figures)
-as artifacts; then it is marked FINISHED.
+the versions of the stack and the CPU kernel settings (:mod:`race.cpu_kernels`; tags: unlike
+params they may change between reruns), summary metrics (``study/...``, at step 0) and the
+reports (``report.md``, the tables and the figures) as artifacts; then it is marked FINISHED.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from race.cpu_kernels import kernel_settings
 from race.outputs import read_output
 from race.study import cells as C
 from race.tracking.mlflow_runs import locked
@@ -88,7 +89,8 @@ def finish_study_run(client, run_id: str, config: dict, run_dirs: list[Path],
     from mlflow.entities import RunTag
 
     reports = Path(reports) if reports is not None else None
-    tags = {"git_commit": git_commit(), "results_dir": str(C.results(config)), **versions()}
+    tags = {"git_commit": git_commit(), "results_dir": str(C.results(config)), **versions(),
+            **kernel_settings()}
     metrics = summary_metrics(config, run_dirs, reports)
     with locked(C.results(config) / "mlflow"):  # two mirrors at once: one logs the change
         client.log_batch(run_id, metrics=_changed_summary(client, run_id, metrics),
