@@ -17,8 +17,9 @@ reports/, logs; the repository's are untouched) and prints, from that folder,
 
 Seed 0 is the default study itself: compare with the same two benches on ``results/`` and
 ``reports/`` after ``make run``. A second invocation reuses finished jobs (Snakemake), so an
-interrupted run resumes. About 15 minutes per seed on 2 cores with the default config (14:28
-and 17:10 measured, with other benchmarks running beside it).
+interrupted run resumes. About 15 to 30 minutes per seed on 2 cores with the default config
+(14:28 and 17:10 measured on one machine, 28:52 and 23:29 on a slower one, each with other
+jobs running beside it).
 """
 
 import argparse
