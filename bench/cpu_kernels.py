@@ -27,7 +27,9 @@ import sys
 import tempfile
 import time
 
-PATHS = {"pinned": {}, "default": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}}
+from race.cpu_kernels import PINNED
+
+PATHS = {"pinned": PINNED, "default": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}}
 
 
 def worker(steps: int) -> dict:
@@ -77,7 +79,7 @@ def run_path(env: dict, steps: int) -> dict:
 def native_env() -> dict:
     """This machine's own kernel path, spelled out so that importing race leaves it alone."""
     probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    clean = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    clean = {k: v for k, v in os.environ.items() if k not in PINNED}
     best = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                           text=True, env=clean).stdout.strip().lower()
     return {"ATEN_CPU_CAPABILITY": best, "MKL_CBWR": "AUTO"}
