@@ -6,12 +6,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORES  ?= all
 
-.PHONY: run test figures ui lint dry-run clean
+.PHONY: run test figures ui lint dry-run clean lock
 
-$(STAMP): envs/requirements.txt envs/requirements-dev.txt pyproject.toml
+$(STAMP): envs/requirements.txt envs/requirements-dev.txt envs/constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r envs/requirements-dev.txt
+	$(BIN)/pip install --quiet -r envs/requirements-dev.txt -c envs/constraints.txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
@@ -43,3 +43,18 @@ dry-run: $(STAMP)
 
 clean:
 	rm -rf results logs benchmarks .snakemake
+
+## lock: resolve envs/requirements-dev.txt afresh in a scratch venv and write the version of
+## every package it installed to envs/constraints.txt (run after changing a pin)
+LOCK_VENV := .lock-venv
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet -r envs/requirements-dev.txt
+	{ echo "# Every package the pinned stack installs, at the version \`make lock\` resolved (Python"; \
+	  echo "# $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version(), platform.system(), platform.machine())')):"; \
+	  echo "# \`make\` installs envs/requirements-dev.txt under these constraints, so a fresh machine gets"; \
+	  echo "# the transitive dependencies too, not only the top-level pins. Local version labels"; \
+	  echo "# (torch's +cpu) are dropped: ==2.13.0 admits the CPU and the CUDA build alike."; \
+	  $(LOCK_VENV)/bin/pip freeze | sed -E 's/\+[A-Za-z0-9.]+$$//'; } > envs/constraints.txt
+	rm -rf $(LOCK_VENV)
