@@ -280,6 +280,15 @@ def test_agreement_hand_made():
     assert ag.cost.pilot_flops == pytest.approx(6e11)
     assert ag.cost.full_grid_flops == pytest.approx(8e12) and not ag.cost.full_grid_estimated
     assert ag.cost.pilot_share == pytest.approx(0.075)
+    # The validation's seed-0 runs carry the pilot's runs on to 1e12: RACE is 3 configs x 2
+    # seeds x 1e12, each run counted once (not the pilot's 6e11 again on top).
+    assert ag.cost.validation_flops == pytest.approx(6e12 - 6e11)
+    assert ag.cost.race_share == pytest.approx(0.75)
+    # A one-seed full grid is compared at the validation's two seeds (like for like).
+    one_seed = agreement(pilot, val, table(FULL, stage="full")).cost
+    assert not one_seed.full_grid_estimated
+    assert one_seed.full_grid_flops == pytest.approx(8e12)
+    assert one_seed.race_share == pytest.approx(0.75)
     # Without the full grid: estimated as 3 configs x 2 seeds x 1e12.
     est = agreement(pilot, val).cost
     assert est.full_grid_estimated and est.full_grid_flops == pytest.approx(6e12)
@@ -570,13 +579,14 @@ def test_figure_not_run_without_validation(study, tmp_path):
 
 def test_nested_savings(report):
     sv = nested_savings(report.runs)
-    # Every synthetic run uses exactly its budget: pilot cells pass 1e11, 2e11, 4e11 (sum 7e11,
-    # largest 4e11); validation and full cells pass 8e11 and 1.6e12 (sum 2.4e12, largest 1.6e12),
-    # but one full-grid cell lacks its 8e11 row.
-    assert sv.n_cells == 12 + 24 + 36 and sv.n_rungs == len(report.runs)
-    assert sv.separate_flops == pytest.approx(12 * 7e11 + 60 * 2.4e12 - 8e11, rel=1e-9)
-    assert sv.saved_flops == pytest.approx(12 * 3e11 + 60 * 8e11 - 8e11, rel=1e-9)
-    assert sv.nested_flops == pytest.approx(12 * 4e11 + 60 * 1.6e12, rel=1e-9)
+    # Every synthetic run uses exactly its budget. A run is a cell, whichever grids list it:
+    # the 12 configs x 3 seeds of the full grid. Seed 0's pass the pilot's 1e11, 2e11, 4e11 and
+    # then 8e11, 1.6e12 (sum 3.1e12, largest 1.6e12); seeds 1 and 2 pass 8e11, 1.6e12 (sum
+    # 2.4e12), but one of them (not a validated config) lacks its 8e11 rung.
+    assert sv.n_cells == 36 and sv.n_rungs == 12 * 5 + 24 * 2 - 1
+    assert sv.separate_flops == pytest.approx(12 * 3.1e12 + 24 * 2.4e12 - 8e11, rel=1e-9)
+    assert sv.saved_flops == pytest.approx(12 * 1.5e12 + 24 * 8e11 - 8e11, rel=1e-9)
+    assert sv.nested_flops == pytest.approx(36 * 1.6e12, rel=1e-9)
 
 
 @pytest.fixture(scope="module")

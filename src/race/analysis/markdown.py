@@ -156,8 +156,10 @@ def agreement_md(ag: Agreement | None, cost: PilotCost | None) -> str:
                f"seeds × validation budget = {cost.n_configs} × {cost.n_validation_seeds} × "
                f"{flops(cost.validation_budget)})" if cost.full_grid_estimated else "")
         out += (f"\n\nCost: the pilot used {flops(cost.pilot_flops)} model FLOPs, "
-                f"{pct(cost.pilot_share)} of the full grid's {flops(cost.full_grid_flops)}"
-                f"{est}; pilot plus validation used "
+                f"{pct(cost.pilot_share)} of the full grid's {flops(cost.full_grid_flops)} "
+                f"(every config at the validation budget and the validation's "
+                f"{cost.n_validation_seeds} seed(s)){est}; pilot plus validation (a validated "
+                "run that continues a pilot run counted once) used "
                 f"{flops(cost.pilot_flops + cost.validation_flops)}, {pct(cost.race_share)} "
                 "of it.")
     elif cost is not None:

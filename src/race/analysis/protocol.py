@@ -19,9 +19,15 @@ A diagnostic, not a guarantee (docs/design.md, "RACE pilot protocol"). Conventio
   grid's accuracy of RACE's final choice, the validation best), and ``regret_full_pilot_points``
   the same for the pilot's pick, both at the validation budget.
 - Cost (:func:`pilot_cost`), model FLOPs: pilot = sum over pilot cells of ``flops_total`` at the
-  cell's largest rung (nested rungs: one run per cell); full grid = sum of ``flops_total`` at the
-  validation budget over all configs x validation seeds when the full grid was run, else the
-  estimate n_configs x n_validation_seeds x validation budget (``full_grid_estimated`` = True).
+  cell's largest rung (nested rungs: one run per cell); RACE = the same over the pilot and
+  validation cells together, so a validated config's run at a pilot seed, which is the pilot's
+  run carried on to the validation budget, counts once (``validation_flops`` = RACE - pilot:
+  what validating added). The full grid it is compared with is every config at the validation
+  budget and the validation's seed count (like for like: the question answered for every
+  config at the validation's strength): n_validation_seeds x the sum over configs of their mean
+  ``flops_total`` over the full grid's seeds when the full grid was run (a grid with other
+  seeds is rescaled to the validation's count), else the estimate n_configs x
+  n_validation_seeds x validation budget (``full_grid_estimated`` = True).
 """
 
 from __future__ import annotations
@@ -170,7 +176,7 @@ class PilotCost:
     """Model FLOPs of the pilot, validation and full grid (see module docstring)."""
 
     pilot_flops: float
-    validation_flops: float
+    validation_flops: float  # what validation added to the pilot's runs
     full_grid_flops: float
     full_grid_estimated: bool
     pilot_share: float  # pilot / full grid
@@ -204,10 +210,11 @@ def pilot_cost(pilot_df: pd.DataFrame, validation_df: pd.DataFrame | None,
     configs = pilot_df[CONFIG_KEYS].drop_duplicates()
     if full_df is not None and not full_df.empty:
         configs = pd.concat([configs, full_df[CONFIG_KEYS]]).drop_duplicates()
+    p_flops = _run_flops(pilot_df)
     if validation_df is not None and not validation_df.empty:
         v_budget = float(validation_df["budget"].max())
         n_seeds = int(validation_df["seed"].nunique())
-        v_flops = _run_flops(validation_df)
+        v_flops = _run_flops(pd.concat([pilot_df, validation_df])) - p_flops
     elif full_df is not None and not full_df.empty:
         v_budget = float(full_df["budget"].max())
         n_seeds = int(full_df["seed"].nunique())
@@ -216,10 +223,10 @@ def pilot_cost(pilot_df: pd.DataFrame, validation_df: pd.DataFrame | None,
         v_budget, n_seeds, v_flops = math.nan, 0, 0.0
     full_at = (full_df[full_df["budget"] == v_budget] if full_df is not None else None)
     if full_at is not None and not full_at.empty:
-        full_flops, estimated = float(full_at["flops_total"].sum()), False
+        per_config = full_at.groupby(CONFIG_KEYS)["flops_total"].mean()
+        full_flops, estimated = n_seeds * float(per_config.sum()), False
     else:
         full_flops, estimated = len(configs) * n_seeds * v_budget, True
-    p_flops = _run_flops(pilot_df)
 
     def share(x: float) -> float:
         return x / full_flops if full_flops and not math.isnan(full_flops) else math.nan

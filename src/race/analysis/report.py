@@ -176,14 +176,17 @@ class NestedSavings:
 
 
 def nested_savings(runs: pd.DataFrame) -> NestedSavings:
-    """Saved = sum over cells of (sum over its rungs of FLOPs used - the largest rung's).
+    """Saved = sum over runs of (sum over its rungs of FLOPs used - the largest rung's).
 
-    A cell is a run: (stage, size, reward, alloc, seed); the pilot and validation runs of one
-    config are separate runs.
+    A run is a cell (size, reward, alloc, seed), whichever grids name it: the pilot is the
+    first seed's grid cells at the cheap rungs, and a validated config at a seed the grid runs
+    is that same run carried on to the validation budget. So each (cell, rung) counts once,
+    not once per grid that lists it; the base rows (budget 0: no RL step) are no rung.
     """
-    g = runs.groupby(["stage"] + CELL_KEYS)["flops_total"]
+    rungs = runs[runs["budget"] > 0].drop_duplicates(CELL_KEYS + ["budget"])
+    g = rungs.groupby(CELL_KEYS)["flops_total"]
     separate, nested = float(g.sum().sum()), float(g.max().sum())
-    return NestedSavings(int(g.ngroups), int(len(runs)), separate, nested, separate - nested)
+    return NestedSavings(int(g.ngroups), int(len(rungs)), separate, nested, separate - nested)
 
 
 def median_interval_width(runs: pd.DataFrame, targets: list[str]) -> float:
@@ -398,8 +401,9 @@ def render(rep: Report) -> str:
                 f"  ![{name}]({png})", "",
                 "  " + panel_links(rep.panels.get(name, []), f"{FIGURE_DIR}/{name}/"), ""]
     out += ["## Nested budget rungs", "",
-            f"Each of the {sv.n_cells} cells (stage × size × reward × alloc × seed) is one run "
-            f"that is evaluated at every rung it crosses ({sv.n_rungs} cell × rung rows). Run "
+            f"Each of the {sv.n_cells} cells (size × reward × alloc × seed; one run, whichever "
+            "of the pilot, validation and full grids list it) is evaluated at every rung it "
+            f"crosses ({sv.n_rungs} cell × rung pairs). Run "
             f"separately, the rungs would cost {flops(sv.separate_flops)} model FLOPs (sum over "
             f"cells of the FLOPs used at every rung); nested, they cost "
             f"{flops(sv.nested_flops)} (the largest rung of each cell): "
