@@ -19,6 +19,7 @@ from faults import checkpoint, steps_done, wait_for
 
 from race.analysis.columns import TIMING_COLUMNS
 from race.analysis.report import FIGURE_CAPTIONS
+from race.cli import invocation
 from race.study.cells import format_budget
 from race.study.dry_run import job_counts
 
@@ -88,6 +89,23 @@ def test_slurm_profile_parses(tmp_path):
         assert resources and all(f"mem_mb={mem}," in r and f"runtime={runtime}" in r
                                  and r.endswith("gpu=1") for r in resources), resources[:1]
     assert "gpus=" not in out
+
+
+def test_jobs_call_the_cli_through_the_deployment_python(tmp_path):
+    """Plain: this interpreter by path. Under --sdm conda: the env's own python, importing the
+    package from the checkout's src/ (envs/race.yaml holds the stack, not the package)."""
+    assert invocation(False, "/repo") == f"{sys.executable} -m race.cli"
+    assert invocation(True, "/a b/repo") == "PYTHONPATH='/a b/repo/src' python -m race.cli"
+    # The conda form is a working shell command when the env's python is first on PATH (here
+    # a wrapper around this interpreter stands in for it).
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bindir / "python").chmod(0o755)
+    proc = subprocess.run(["bash", "-c", f"{invocation(True, str(ROOT))} check-config --help"],
+                          env={**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"},
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0 and "check-config" in proc.stdout, proc.stderr
 
 
 BAD = [

@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+from race.cli import invocation
 from race.outputs import read_output, set_aside_corrupt
 from race.study import cells as C
 from race.study import config as S
@@ -19,8 +20,12 @@ R = str(C.results(STUDY))
 if workflow.is_main_process:
     for line in set_aside_corrupt(R) + forget_lost_store(STUDY):
         print(line, file=sys.stderr)
-# The package's CLI through this interpreter: works without activating the virtualenv.
-RACE = f"{sys.executable} -m race.cli"
+# How a job calls the package's CLI: the scheduler's interpreter, or the conda env's python
+# under --sdm conda (race.cli.invocation).
+RACE = invocation(
+    any(method.name == "CONDA" for method in workflow.deployment_settings.deployment_method),
+    workflow.basedir,
+)
 # The content-derived path of one cell (docs/design.md): run folder, MLflow run name, run_key.
 CELL = "size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
 GRID = C.grid_cells(STUDY)

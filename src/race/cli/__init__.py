@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import shlex
 import sys
 from typing import NamedTuple
 
@@ -44,6 +46,20 @@ COMMANDS: dict[str, Command] = {
     "mlflow-log": Command("race.cli.mlflow_log", False),
 }
 
+
+def invocation(conda: bool, checkout: str) -> str:
+    """The shell words a Snakemake job runs this CLI with.
+
+    By default the scheduler's own interpreter (the project's venv, by absolute path: works
+    without activating it, and on a cluster wherever the venv is on the shared filesystem).
+    Under ``--sdm conda`` (``conda``) the job's own ``python``, in the envs/race.yaml
+    environment, which holds the pinned stack but not this package: a conda env file cannot
+    install a local path that Snakemake would find again, so it is imported from the
+    ``checkout``'s ``src/``.
+    """
+    if conda:
+        return f"PYTHONPATH={shlex.quote(os.path.join(checkout, 'src'))} python -m race.cli"
+    return f"{shlex.quote(sys.executable)} -m race.cli"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
