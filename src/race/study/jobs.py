@@ -184,7 +184,8 @@ def train_job(config: dict, cell: C.Cell) -> TrainJob:
 
 
 def eval_prm(config: dict) -> str | None:
-    """The PRM that reranks best-of-n samples: ``eval.prm``, else the largest trained PRM."""
+    """The PRM that reranks best-of-n samples: ``eval.prm``, else the last of ``prm.sizes``
+    (the strong one, when they are listed weakest first as the default config does)."""
     sizes = config["prm"]["sizes"]
     return config["eval"].get("prm") or (sizes[-1] if sizes else None)
 
