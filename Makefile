@@ -44,17 +44,22 @@ dry-run: $(STAMP)
 clean:
 	rm -rf results logs benchmarks .snakemake
 
-## lock: resolve envs/requirements-dev.txt afresh in a scratch venv and write the version of
-## every package it installed to envs/constraints.txt (run after changing a pin)
+## lock: resolve envs/requirements-dev.txt afresh in a scratch venv (from the indexes pip is
+## configured with, as `make` installs from) and write the version of every package it
+## installed to envs/constraints.txt (run after changing a pin)
 LOCK_VENV := .lock-venv
 lock:
 	rm -rf $(LOCK_VENV)
 	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet --upgrade pip
 	$(LOCK_VENV)/bin/pip install --quiet -r envs/requirements-dev.txt
+	$(LOCK_VENV)/bin/pip freeze --all --exclude pip > $(LOCK_VENV)/freeze.txt
+	$(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version(), platform.system(), platform.machine())' > $(LOCK_VENV)/platform.txt
 	{ echo "# Every package the pinned stack installs, at the version \`make lock\` resolved (Python"; \
-	  echo "# $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version(), platform.system(), platform.machine())')):"; \
+	  echo "# $$(cat $(LOCK_VENV)/platform.txt)):"; \
 	  echo "# \`make\` installs envs/requirements-dev.txt under these constraints, so a fresh machine gets"; \
 	  echo "# the transitive dependencies too, not only the top-level pins. Local version labels"; \
 	  echo "# (torch's +cpu) are dropped: ==2.13.0 admits the CPU and the CUDA build alike."; \
-	  $(LOCK_VENV)/bin/pip freeze | sed -E 's/\+[A-Za-z0-9.]+$$//'; } > envs/constraints.txt
+	  sed -E 's/\+[A-Za-z0-9.]+$$//' $(LOCK_VENV)/freeze.txt; } > $(LOCK_VENV)/constraints.txt
+	mv $(LOCK_VENV)/constraints.txt envs/constraints.txt
 	rm -rf $(LOCK_VENV)

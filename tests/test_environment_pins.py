@@ -3,6 +3,7 @@
 environment the tests run in is the locked one."""
 
 import re
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -18,8 +19,9 @@ ENVS = Path(__file__).resolve().parents[1] / "envs"
 def pin(line: str) -> tuple[str, str]:
     """(normalised name, version) of an exact pin ``name[extras]==version``."""
     req = Requirement(line)
-    (spec,) = req.specifier
-    assert spec.operator == "==", f"{line!r} is not an exact pin"
+    specs = list(req.specifier)
+    assert len(specs) == 1 and specs[0].operator == "==", f"{line!r} is not an exact pin"
+    spec = specs[0]
     return canonicalize_name(req.name), spec.version
 
 
@@ -45,6 +47,15 @@ def test_top_level_pins_are_locked_at_the_same_version(requirements):
         assert LOCK.get(name) == version, (
             f"{requirements} pins {name}=={version}, envs/constraints.txt has "
             f"{LOCK.get(name)}: run `make lock`")
+
+
+def test_package_requirements_admit_the_locked_versions():
+    """pyproject.toml's dependencies (what `pip install -e .` asks for) admit the lock."""
+    project = tomllib.loads((ENVS.parent / "pyproject.toml").read_text())["project"]
+    for line in project["dependencies"]:
+        req = Requirement(line)
+        locked = LOCK.get(canonicalize_name(req.name))
+        assert locked is not None and req.specifier.contains(locked), (line, locked)
 
 
 def test_conda_env_carries_the_same_pins():
