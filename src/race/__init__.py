@@ -2,8 +2,8 @@
 
 Importing the package pins the CPU kernel path (:mod:`race.cpu_kernels`): every process of a
 study -- the Snakemake scheduler, the jobs it starts, tests and benchmarks -- imports ``race``
-before it computes a tensor, so a study gives the same numbers on every x86-64 machine with
-AVX2.
+before it computes a tensor, so a study computes on the same kernels on every x86-64 machine
+with AVX2 (how far that carries across machines: race.cpu_kernels).
 """
 
 from race.cpu_kernels import pin_cpu_kernels
