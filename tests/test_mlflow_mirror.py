@@ -182,6 +182,7 @@ def test_a_deleted_tracking_db_is_rebuilt_from_the_run_folders(config, tmp_path)
     logged.write_text("{}")
     assert forget_lost_store(config) == [] and logged.exists()  # the store is there
     P(config["mlflow"]["tracking_uri"].removeprefix("sqlite:///")).unlink()
+    assert "left in place" in forget_lost_store(config, dry_run=True)[0] and logged.exists()
     assert "rebuilds it" in forget_lost_store(config)[0] and not logged.exists()
     again = mirror_in_new_process(config, tmp_path)["runs"][cell.key]  # stale id: no error
     assert again["run_id"] != first["run_id"]

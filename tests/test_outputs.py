@@ -49,6 +49,8 @@ def test_damaged_outputs_are_set_aside_and_checkpoints_left_alone(tmp_path):
     state.write_text("{")  # resuming skips it (race.grpo.run.latest_checkpoint)
     notes = "metrics.jsonl"
     (run / notes).write_text("{")  # not a JSON output of a job
+    dry = set_aside_corrupt(tmp_path, dry_run=True)
+    assert len(dry) == 1 and "left in place" in dry[0] and bad.exists()  # a dry run moves nothing
     lines = set_aside_corrupt(tmp_path)
     assert len(lines) == 1 and "evaluate (race evaluate) job reruns" in lines[0]
     assert not bad.exists() and bad.with_name("eval.json.corrupt").exists()

@@ -338,6 +338,12 @@ def test_faults_leave_the_study_as_if_uninterrupted(smoke_study, tmp_path):
     (wd / "results" / "mlflow" / "mlflow.db").unlink()
     cut_short(wd / "results" / "runs" / CUT_LEDGER)
     cut_short(wd / "results" / "runs" / CUT_EVAL)
+    # A dry run says what it would set aside and changes nothing.
+    dry = snakemake(wd, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml")
+    assert (dry.stdout + dry.stderr).count("(dry run: left in place)") == 3
+    assert (wd / "results" / "runs" / CUT_LEDGER).exists()
+    assert (wd / "results" / "runs" / CUT_EVAL).exists()
+    assert (wd / "results" / "mlflow" / "logged.json").exists()
     rerun = snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
     notes = rerun.stdout + rerun.stderr
     assert "set aside as ledger.json.corrupt, the train (race train) job reruns" in notes

@@ -92,6 +92,11 @@ def set_aside(path: Path, reason: str) -> str:
             f"{producer(path)} job reruns")
 
 
-def set_aside_corrupt(results_dir: str | Path) -> list[str]:
-    """Set every damaged output under ``results_dir`` aside; returns one log line per file."""
-    return [set_aside(p, "damaged (not valid JSON)") for p in corrupt_outputs(results_dir)]
+def set_aside_corrupt(results_dir: str | Path, dry_run: bool = False) -> list[str]:
+    """Set every damaged output under ``results_dir`` aside; returns one log line per file.
+    ``dry_run``: only say which (a dry run changes no file)."""
+    reason = "damaged (not valid JSON)"
+    if dry_run:
+        return [f"race: {p}: {reason}; a real run sets it aside and the {producer(p)} job "
+                "reruns (dry run: left in place)" for p in corrupt_outputs(results_dir)]
+    return [set_aside(p, reason) for p in corrupt_outputs(results_dir)]

@@ -16,9 +16,11 @@ from race.tracking.mirror import forget_lost_store
 STUDY = S.check_config(config)
 R = str(C.results(STUDY))
 # A damaged output looks up to date to Snakemake: set it aside so its job reruns (once, in the
-# scheduling process; cluster jobs parse this file again and leave results alone).
+# scheduling process; cluster jobs parse this file again and leave results alone). A dry run
+# only says what a real run would set aside.
 if workflow.is_main_process:
-    for line in set_aside_corrupt(R) + forget_lost_store(STUDY):
+    DRY = workflow.output_settings.dryrun
+    for line in set_aside_corrupt(R, DRY) + forget_lost_store(STUDY, DRY):
         print(line, file=sys.stderr)
 # How a job calls the package's CLI: the scheduler's interpreter, or the conda env's python
 # under --sdm conda (race.cli.invocation).

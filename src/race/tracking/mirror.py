@@ -133,11 +133,12 @@ def run_params(config: dict, cell: C.Cell, job) -> dict:
     return out
 
 
-def forget_lost_store(config: dict) -> list[str]:
+def forget_lost_store(config: dict, dry_run: bool = False) -> list[str]:
     """When the study's sqlite tracking DB is gone, delete the mirror's summary
     (``mlflow/logged.json``) so that the workflow's mlflow_log job runs again and rebuilds the
-    store from the run folders; returns a log line per file deleted. (A tracking server's
-    store cannot be checked without reaching it: run ``snakemake --forcerun mlflow_log``.)"""
+    store from the run folders; returns a log line per file deleted (``dry_run``: per file a
+    real run would delete; nothing is). (A tracking server's store cannot be checked without
+    reaching it: run ``snakemake --forcerun mlflow_log``.)"""
     uri = config["mlflow"]["tracking_uri"]
     logged = C.results(config) / "mlflow" / "logged.json"
     if not (config["mlflow"]["enabled"] and uri.startswith("sqlite:///") and logged.exists()):
@@ -145,9 +146,11 @@ def forget_lost_store(config: dict) -> list[str]:
     db = Path(uri.removeprefix("sqlite:///"))
     if db.exists():
         return []
+    line = f"race: {logged}: the tracking DB {db} is gone; the mlflow_log job rebuilds it from "
+    if dry_run:
+        return [line + "the run folders (dry run: left in place)"]
     logged.unlink()
-    return [f"race: {logged}: the tracking DB {db} is gone; the mlflow_log job rebuilds it "
-            "from the run folders"]
+    return [line + "the run folders"]
 
 
 def write_mirror(config: dict, selected_path: str | Path | None, out: str | Path,
