@@ -238,6 +238,24 @@ def test_deleted_rung_summaries_of_a_finished_run_are_rebuilt_not_retrained(
         adapter_mtime)  # nothing retrained
 
 
+def test_a_rung_added_below_the_checkpoint_retrains_the_run(tiny_base, reference_run,
+                                                           tmp_path):
+    """A rung inserted into the config below where the run's checkpoint stands cannot be
+    snapshotted by resuming (the stop rule passed it): the run trains afresh, and every rung,
+    the new one too, is what a run with these rungs gives."""
+    run_dir, _ = reference_run
+    copy = tmp_path / "cell"
+    shutil.copytree(run_dir, copy)
+    middle = (B1 + B2) / 2
+    run_training(make_job(tiny_base, copy, [B1, middle, B2]))
+    bound = step_bound(tiny_base, ALLOC)
+    rung = read_rung(copy, middle)
+    assert rung["model_flops"] <= middle and middle - rung["model_flops"] < bound
+    for budget in (B1, B2):
+        assert flops_rows(read_rung(copy, budget)) == flops_rows(read_rung(run_dir, budget))
+    assert flops_rows(read_rung(copy, B2))[:len(rung["rows"])] == flops_rows(rung)
+
+
 def test_state_of_another_job_or_damaged_is_not_reused(tiny_base, reference_run, tmp_path):
     run_dir, _ = reference_run
     job = make_job(tiny_base, run_dir, [B1, B2])

@@ -198,6 +198,7 @@ class MeteredRun:
         self.metrics: list[dict] = []
         self.rungs_done: list[float] = []
         self.rung_counters: dict[float, dict] = {}  # rung -> counters (and step) at its snapshot
+        self.next_bound: int | None = None  # the bound the last step's rung check used
         self.fingerprint = job_fingerprint(job)
         self.finished = False
         self.trainer = None
@@ -248,7 +249,7 @@ class MeteredRun:
         if total > self.job.budget:  # the bound makes this impossible; guard the invariant
             raise RuntimeError(f"step {step} took the run past its budget ({total} > "
                                f"{self.job.budget}); the step bound is wrong")
-        bound = self.next_step_bound(step)
+        bound = self.next_bound = self.next_step_bound(step)
         for budget in self.job.rungs:
             if budget not in self.rungs_done and total + bound > budget:
                 self.snapshot(budget, model, step)
@@ -258,6 +259,9 @@ class MeteredRun:
     def snapshot(self, budget: float, model, step: int) -> None:
         """Write the rung folder atomically: adapter (with a resolvable base and its card,
         race.grpo.adapter_card), ledger summary, DONE marker."""
+        if self.ledger.model_total > budget:  # a rung this run passed (see passed_rungs)
+            raise RuntimeError(f"rung {format_budget(budget)}: the run is already at "
+                               f"{self.ledger.model_total} model FLOPs")
         final = rung_dir(self.run_dir, budget)
         tmp = make_temp_dir(self.run_dir, prefix=f".{final.name}.")
         model.save_pretrained(tmp, safe_serialization=True)
@@ -274,19 +278,30 @@ class MeteredRun:
     def rung_summary_json(self, budget: float) -> str:
         return rung_summary_json(self.ledger, budget, self.rung_counters[budget])
 
+    def passed_rungs(self) -> list[float]:
+        """Rungs of this job that the run, as restored, has passed without a snapshot: a rung
+        added to the config below where a checkpoint stands. The stop rule would have
+        snapshotted it at a step already taken (total + the next step's bound > rung), so only
+        a fresh run can. A checkpoint without the bound it checked with is judged by the
+        largest one, that of a generation step."""
+        total = self.ledger.model_total
+        bound = self.generation_bound if self.next_bound is None else self.next_bound
+        return [b for b in self.job.rungs if b not in self.rungs_done and total + bound > b]
+
     def rebuild_rungs(self) -> list[float]:
         return rebuild_rungs(self.run_dir, self.ledger, self.rung_counters)
 
     def state(self) -> dict:
         """What a checkpoint (and a finished run's ``train.json``) keeps of this run."""
         return {"fingerprint": self.fingerprint, "counters": self.counters,
-                "rungs_done": self.rungs_done,
+                "rungs_done": self.rungs_done, "next_bound": self.next_bound,
                 "rung_counters": [[b, c] for b, c in self.rung_counters.items()]}
 
     def load_state(self, state: dict, ledger: Ledger) -> None:
         self.ledger = ledger
         self.counters = state["counters"]
         self.rungs_done = state["rungs_done"]
+        self.next_bound = state.get("next_bound")
         self.rung_counters = {b: c for b, c in state["rung_counters"]}
 
     # ------------------------------------------------------------------ metrics
@@ -429,10 +444,10 @@ def run_training(job: TrainJob) -> dict:
         run.restore(resume)
         rebuilt = run.rebuild_rungs()  # the summaries Snakemake deleted before this rerun
         lost = [b for b in run.rungs_done if not rung_complete(run_dir, b)]
-        if lost or any(b not in job.rungs for b in run.rungs_done):
-            # A rung snapshot taken before this checkpoint lost its adapter (or the rungs
-            # changed): only a fresh run can rewrite it. Deterministic: every rung comes out
-            # the same.
+        if lost or run.passed_rungs() or any(b not in job.rungs for b in run.rungs_done):
+            # A rung snapshot taken before this checkpoint lost its adapter, or the rungs
+            # changed (one removed, or one added below the checkpoint): only a fresh run can
+            # write them. Deterministic: every rung comes out the same.
             run = MeteredRun(job, arch, reward, max_prompt, device, peak.flops_per_s)
             resume = None
         else:
