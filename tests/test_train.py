@@ -19,11 +19,11 @@ from race.atomic import current_umask
 from race.data.task import TaskSpec, write_splits
 from race.flops.ledger import Ledger
 from race.flops.meter import BatchShapes, StepMeter
+from race.grpo.checkpoints import latest_checkpoint
 from race.grpo.run import (
     BudgetError,
     _reuse_finished,
     job_fingerprint,
-    latest_checkpoint,
     run_training,
     rung_complete,
 )

@@ -59,13 +59,14 @@ from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import BatchShapes, StepMeter
 from race.flops.peak import device_peak, utilisation
 from race.grpo.adapter_card import finish_adapter
+from race.grpo.checkpoints import latest_checkpoint
 from race.grpo.trainer import (
     budget_callback_class,
     fused_head_is_compact,
     grpo_config,
     metered_trainer_class,
 )
-from race.outputs import CorruptOutputError, read_output
+from race.outputs import read_output
 from race.study.cells import DONE, PERF, format_budget, rung_dir
 from race.study.jobs import TrainJob, to_json
 
@@ -357,28 +358,6 @@ class MeteredRun:
         write_text_atomic(self.run_dir / "metrics.jsonl",
                       "".join(json.dumps(m, sort_keys=True) + "\n" for m in self.metrics))
         self.ledger.save(self.run_dir / "ledger.json")
-
-
-def _state_of(ckpt: Path) -> dict | None:
-    """A checkpoint's RACE state, or None when it is incomplete or damaged."""
-    if not (ckpt / "trainer_state.json").exists():
-        return None
-    try:
-        read_output(ckpt / "trainer_state.json")
-        return read_output(ckpt / "race_state.json")
-    except (OSError, CorruptOutputError):
-        return None
-
-
-def latest_checkpoint(run_dir: Path, fingerprint: str) -> Path | None:
-    """The latest complete, readable checkpoint of this job (its fingerprint)."""
-    ckpts = sorted((run_dir / "checkpoints").glob("checkpoint-*"),
-                   key=lambda p: int(p.name.split("-")[1]), reverse=True)
-    for ckpt in ckpts:
-        state = _state_of(ckpt)
-        if state is not None and state.get("fingerprint") == fingerprint:
-            return ckpt
-    return None
 
 
 # --------------------------------------------------------------------------- entry point
