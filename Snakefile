@@ -2,7 +2,7 @@
 # Thin entry point: config, validation, the stage files, and the final target.
 from snakemake.utils import min_version, validate
 
-from race.study.config import coerce_numbers
+from race.study.config import coerce_numbers, read_yaml
 from race.study.schema import SCHEMA
 
 min_version("9.0")
@@ -14,6 +14,11 @@ if not workflow.overwrite_configfiles:
 
     configfile: "config.yaml"
 
+
+# Snakemake's YAML reader keeps the last of two equal keys (a second `seeds:` would silently
+# replace the first); the package's reader, the one `race check-config` uses, refuses them.
+for path in workflow.configfiles:
+    read_yaml(path)
 
 # The schema ships with the package (race/study/config.schema.yaml): the one place where every
 # key's type, description and default live.

@@ -117,6 +117,10 @@ BAD = [
     ({"race": {"baseline": "nope"}}, "race.baseline"),
     ({"allocations": {"base": {"num_generation": 4}}}, "num_generation"),
     ({"sizes": ["nano", "/etc"]}, "sizes[1]: /etc is not a model folder (no config.json)"),
+    ({"seeds": [-1]}, "-1 is less than the minimum of 0"),
+    ({"eval": {"targets": ["in_pass1", "ood_pass1"]}}, "race.targets[0]: 'sampled_pass1' is "
+                                                       "not evaluated"),
+    ({"eval": {"prm": "micro"}}, "eval.prm: 'micro' is not one of prm.sizes"),
 ]
 
 
@@ -125,7 +129,7 @@ def test_bad_configs_are_rejected_before_anything_is_written(tmp_path, override,
     wd = workdir(tmp_path)
     config = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
     for key, value in override.items():
-        if isinstance(value, dict) and key in ("race",):
+        if isinstance(value, dict) and key in ("race", "eval"):
             config[key].update(value)
         else:
             config[key] = value
@@ -154,6 +158,14 @@ def test_duplicate_names_are_rejected(tmp_path):
     path.write_text("allocations:\n  base: {}\n  base: {}\n")
     with pytest.raises(ConfigError, match="duplicate key 'base'"):
         read_yaml(path)
+    # The workflow refuses them too (Snakemake's own reader keeps the last one).
+    (tmp_path / "wd").mkdir()
+    wd = workdir(tmp_path / "wd")
+    study = wd / "study.yaml"
+    study.write_text((wd / "configs" / "smoke.yaml").read_text() + "seeds: [0, 1]\n")
+    proc = snakemake(wd, "-n", "--cores", "1", "--configfile", "study.yaml", check=False)
+    assert proc.returncode != 0 and "duplicate key 'seeds'" in proc.stdout + proc.stderr
+    assert not (wd / "results").exists()
 
 
 @pytest.fixture(scope="module")

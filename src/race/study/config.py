@@ -25,7 +25,7 @@ from race.data.teacher import TeacherSpec
 from race.policy.ladder import LADDER_DIALS
 from race.study.cells import ConfigError, cell_key, is_ladder
 from race.study.schema import SCHEMA, schema
-from race.study.specs import SEARCH_TARGETS, TARGETS, allocation
+from race.study.specs import SEARCH_TARGETS, TARGETS, allocation, eval_targets
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
@@ -320,8 +320,10 @@ def check_config(config: dict) -> dict:
             raise ConfigError(f"eval.targets[{i}]: unknown target {target!r} "
                               f"(known: {', '.join(TARGETS)})")
     bon_prm = config["eval"].get("prm")
-    if bon_prm is not None and bon_prm not in prm_sizes and not is_model_spec(bon_prm):
-        raise ConfigError(f"eval.prm: {bon_prm!r} is not one of prm.sizes")
+    if bon_prm is not None and bon_prm not in prm_sizes and (
+            is_ladder(bon_prm) or not is_model_spec(bon_prm)):
+        raise ConfigError(f"eval.prm: {bon_prm!r} is not one of prm.sizes (a ladder PRM is "
+                          "trained here only when prm.sizes names it)")
     race = config["race"]
     for i, rung in enumerate(race.get("pilot_rungs") or []):
         if float(rung) not in [float(b) for b in budgets]:
@@ -334,6 +336,9 @@ def check_config(config: dict) -> dict:
     for i, target in enumerate(race.get("targets") or []):
         if target not in TARGETS:
             raise ConfigError(f"race.targets[{i}]: unknown target {target!r}")
+        if target not in eval_targets(config):
+            raise ConfigError(f"race.targets[{i}]: {target!r} is not evaluated (eval.targets: "
+                              f"{', '.join(eval_targets(config))})")
     _unique(race["validation_seeds"], "race.validation_seeds")
     smallest_step_check(config)
     from race.study.inputs import InputError, check_inputs
