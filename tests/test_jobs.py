@@ -48,8 +48,10 @@ def test_one_evaluation_job_per_cell_covers_its_rungs(smoke):
     assert [s.adapter for s in job.snapshots] == [
         str(C.rung_dir(C.run_dir(smoke, grid), b)) for b in smoke["budgets"]]
     assert job.spec.train_temperature == smoke["training"]["temperature"]
-    assert job.prm == C.prm_dir(smoke, "nano") and job.reward == {**smoke["rewards"][grid.reward],
-                                                                  **job.reward}
+    assert job.prm == C.prm_dir(smoke, "nano")
+    # The cell's reward entry, every key at the config's value (the schema adds defaults).
+    assert {k: job.reward[k] for k in smoke["rewards"][grid.reward]} == \
+        smoke["rewards"][grid.reward]
     validation_only = C.Cell(grid.size, grid.reward, grid.alloc, 1)
     assert [s.out for s in jobs.eval_job(smoke, validation_only).snapshots] == [
         str(C.rung_dir(C.run_dir(smoke, validation_only), C.validation_budget(smoke))

@@ -361,6 +361,9 @@ def test_meter_matches_flop_counter(tiny_base, tmp_path, monkeypatch):
 def test_allocation_rejects_bad_values():
     with pytest.raises(ValueError, match="num_generations"):
         Allocation(num_generations=1)
+    with pytest.raises(ValueError, match="lora_alpha must be > 0"):
+        Allocation(lora_alpha=0)  # it used to fall back to 2 x rank silently
+    assert Allocation(lora_rank=4).alpha == 8 and Allocation(lora_alpha=3).alpha == 3
     with pytest.raises(ValueError, match="strictly increasing"):
         TrainJob(base="b", train_data="d", run_dir="r", rungs=[2.0, 1.0])
     assert replace(ALLOC, num_iterations=1).rows == 8

@@ -81,6 +81,8 @@ class Allocation:
                      "lora_rank"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.lora_alpha is not None and self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha must be > 0 (or unset: 2 x rank), got {self.lora_alpha}")
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
 
     @property
@@ -94,7 +96,7 @@ class Allocation:
     @property
     def alpha(self) -> float:
         """The LoRA alpha the adapter is built with."""
-        return self.lora_alpha or 2 * self.lora_rank
+        return 2 * self.lora_rank if self.lora_alpha is None else self.lora_alpha
 
 
 def allocation(config: dict, name: str) -> Allocation:
