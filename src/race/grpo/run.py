@@ -250,17 +250,16 @@ class MeteredRun:
         if total > self.job.budget:  # the bound makes this impossible; guard the invariant
             raise RuntimeError(f"step {step} took the run past its budget ({total} > "
                                f"{self.job.budget}); the step bound is wrong")
-        bound = self.next_bound = self.next_step_bound(step)
-        for budget in self.job.rungs:
-            if budget not in self.rungs_done and total + bound > budget:
-                self.snapshot(budget, model, step)
+        self.next_bound = self.next_step_bound(step)
+        for budget in self.due_rungs(total):
+            self.snapshot(budget, model, step)
         if len(self.rungs_done) == len(self.job.rungs):
             self.finished = True  # _finish writes the run's ledger
 
     def snapshot(self, budget: float, model, step: int) -> None:
         """Write the rung folder atomically: adapter (with a resolvable base and its card,
         race.grpo.adapter_card), ledger summary, DONE marker."""
-        if self.ledger.model_total > budget:  # a rung this run passed (see passed_rungs)
+        if self.ledger.model_total > budget:  # a rung this run passed (see due_rungs)
             raise RuntimeError(f"rung {format_budget(budget)}: the run is already at "
                                f"{self.ledger.model_total} model FLOPs")
         final = rung_dir(self.run_dir, budget)
@@ -279,13 +278,13 @@ class MeteredRun:
     def rung_summary_json(self, budget: float) -> str:
         return rung_summary_json(self.ledger, budget, self.rung_counters[budget])
 
-    def passed_rungs(self) -> list[float]:
-        """Rungs of this job that the run, as restored, has passed without a snapshot: a rung
-        added to the config below where a checkpoint stands. The stop rule would have
-        snapshotted it at a step already taken (total + the next step's bound > rung), so only
-        a fresh run can. A checkpoint without the bound it checked with is judged by the
-        largest one, that of a generation step."""
-        total = self.ledger.model_total
+    def due_rungs(self, total: int) -> list[float]:
+        """The stop rule: rungs not yet snapshotted that the next step could pass (total + the
+        next step's bound > rung). Checked after every step, so after a restore a due rung is
+        one the run passed without a snapshot -- a rung added to the config below where the
+        checkpoint stands -- and only a fresh run can write it. A checkpoint without the bound
+        it checked with is judged by the largest one, that of a generation step. ``total``:
+        the run's model FLOPs so far (the ledger's sum, which the caller has at hand)."""
         bound = self.generation_bound if self.next_bound is None else self.next_bound
         return [b for b in self.job.rungs if b not in self.rungs_done and total + bound > b]
 
@@ -423,7 +422,8 @@ def run_training(job: TrainJob) -> dict:
         run.restore(resume)
         rebuilt = run.rebuild_rungs()  # the summaries Snakemake deleted before this rerun
         lost = [b for b in run.rungs_done if not rung_complete(run_dir, b)]
-        if lost or run.passed_rungs() or any(b not in job.rungs for b in run.rungs_done):
+        passed = run.due_rungs(run.ledger.model_total)
+        if lost or passed or any(b not in job.rungs for b in run.rungs_done):
             # A rung snapshot taken before this checkpoint lost its adapter, or the rungs
             # changed (one removed, or one added below the checkpoint): only a fresh run can
             # write them. Deterministic: every rung comes out the same.

@@ -333,12 +333,13 @@ def check_config(config: dict) -> dict:
         raise ConfigError("race.validation_budget: must be one of budgets")
     if race.get("baseline") is not None and race["baseline"] not in config["allocations"]:
         raise ConfigError(f"race.baseline: {race['baseline']!r} is not an allocation")
+    evaluated = eval_targets(config)
     for i, target in enumerate(race.get("targets") or []):
         if target not in TARGETS:
             raise ConfigError(f"race.targets[{i}]: unknown target {target!r}")
-        if target not in eval_targets(config):
+        if target not in evaluated:
             raise ConfigError(f"race.targets[{i}]: {target!r} is not evaluated (eval.targets: "
-                              f"{', '.join(eval_targets(config))})")
+                              f"{', '.join(evaluated)})")
     _unique(race["validation_seeds"], "race.validation_seeds")
     smallest_step_check(config)
     from race.study.inputs import InputError, check_inputs
