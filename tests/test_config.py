@@ -70,3 +70,58 @@ def test_a_bad_flop_value_names_its_key(tmp_path, budgets, pilot, validation, me
     with pytest.raises(ConfigError) as err:
         load_config(smoke_text(tmp_path, budgets, pilot, validation))
     assert message in str(err.value)
+
+
+def _smoke_with(tmp_path: Path, edit) -> Path:
+    config = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    config["results_dir"] = str(tmp_path / "results")
+    edit(config)
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _reward(entry: dict):
+    return lambda c: c["rewards"].update(extra=entry)
+
+
+def _task(**keys):
+    return lambda c: (c.setdefault("task", {}).update(keys),
+                      c.setdefault("teacher", {}).update(noisy=keys.get("kind") is None))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_task(min_steps=4, max_steps=2), "task.min_steps: 4 is above task.max_steps (2)"),
+    (_task(ood_min_steps=6, ood_max_steps=4), "task.ood_min_steps: 6 is above"),
+    (_task(kind="hf"), "task.hf_id: required when task.kind is hf"),
+    (_task(kind="jsonl"), "task.train_jsonl: required when task.kind is jsonl"),
+    (_reward({"type": "rule", "wieght": 0.3}), "'wieght' was unexpected"),
+    (_reward({"type": "rule", "prm": "nano"}), "rewards.extra.prm: type rule reads no prm key"),
+    (_reward({"type": "orm", "prm": "nano", "orm": "org/orm"}), "extra.prm: type orm reads"),
+    (_reward({"type": "prm", "prm": "nano", "orm": "org/orm"}), "extra.orm: type prm reads"),
+    (_reward({"type": "orm"}), "rewards.extra.orm: the orm reward needs a model"),
+    (_reward({"type": "orm", "orm": "models/orm/v1"}), "rewards.extra.orm: 'models/orm/v1' is "
+                                                       "not an existing folder or a hub id"),
+    (_reward({"type": "prm", "prm": "giant"}), "rewards.extra.prm: 'giant' is not one of "
+                                               "prm.sizes ['nano'], an existing folder"),
+    (_reward({"type": "prm", "prm": "nano", "dtype": "float8"}), "'float8' is not one of"),
+])
+def test_bad_task_and_reward_entries_name_their_key(tmp_path, edit, message):
+    with pytest.raises(ConfigError) as error:
+        load_config(_smoke_with(tmp_path, edit))
+    assert message in str(error.value)
+    assert not (tmp_path / "results").exists()
+
+
+def test_reward_entries_take_the_feedback_model_options(tmp_path):
+    """The keys a feedback reward passes to its model (race.feedback.loading.MODEL_OPTIONS)
+    are schema keys, so a typo among them is an error rather than a silent default."""
+    from race.feedback.loading import MODEL_OPTIONS
+    from race.study.schema import properties
+
+    assert set(MODEL_OPTIONS) <= set(properties("rewards"))
+    options = {"batch_size": 8, "attn_implementation": "eager", "device": "cpu",
+               "dtype": "bfloat16", "chat_template": False}
+    config = load_config(_smoke_with(tmp_path, _reward({"type": "prm", "prm": "nano",
+                                                         **options})))
+    assert {k: config["rewards"]["extra"][k] for k in options} == options

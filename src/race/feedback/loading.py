@@ -4,13 +4,12 @@ checkpoint holds (token classifier, sequence classifier, Qwen-Math PRM)."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from race.feedback.models import FeedbackModel, OutcomeRewardModel, TokenClassifierPRM
 from race.feedback.qwen_math import QwenMathPRM
+from race.study.cells import is_hub_id
 
-_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "tokenizer*"]
 
 # --------------------------------------------------------------------------- loading
@@ -33,7 +32,7 @@ def resolve_model_dir(spec: str | Path, results_dir: str | Path = "results") -> 
     path = Path(text)
     if path.is_dir():
         return path
-    if not _HUB_ID.match(text):
+    if not is_hub_id(text):
         raise FileNotFoundError(f"feedback model {text!r}: not a PRM ladder name "
                                 f"({', '.join(LADDER_DIALS)}), a directory or a hub id")
     try:

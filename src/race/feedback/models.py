@@ -70,7 +70,6 @@ PRM training is :mod:`race.feedback.prm_training`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,8 +95,6 @@ QWEN_SYSTEM_PROMPT = "Please reason step by step, and put your final answer with
 #: A policy vocabulary up to this size is probed whole at load (a character tokenizer); a
 #: larger one (a BPE vocabulary) only through the task probe and the per-call check.
 PROBE_VOCAB_LIMIT = 4096
-_HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "tokenizer*"]
 
 
 # --------------------------------------------------------------------------- FLOP ledger

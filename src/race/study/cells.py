@@ -12,6 +12,7 @@ names, so the Snakemake process can use it freely.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +36,16 @@ def slug(spec: str) -> str:
 
 def is_ladder(spec: str) -> bool:
     return spec in LADDER_DIALS
+
+
+#: A Hugging Face hub id, ``org/name``. A relative path of the same shape that is not an
+#: existing folder reads as a hub id, as ``from_pretrained`` reads it; write ``./org/name``
+#: to mean the path.
+HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
+def is_hub_id(spec: str) -> bool:
+    return bool(HUB_ID.match(str(spec)))
 
 
 def format_budget(budget: float) -> str:

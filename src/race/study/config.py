@@ -23,12 +23,9 @@ import yaml
 
 from race.data.teacher import TeacherSpec
 from race.policy.ladder import LADDER_DIALS
-from race.study.cells import ConfigError, cell_key, is_ladder
+from race.study.cells import ConfigError, cell_key, is_hub_id, is_ladder
 from race.study.schema import SCHEMA, schema
 from race.study.specs import SEARCH_TARGETS, TARGETS, allocation, eval_targets
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-
 
 # --------------------------------------------------------------------------- loading
 
@@ -182,7 +179,7 @@ def is_model_spec(spec: str) -> bool:
     from race.flops.known_configs import is_known
 
     return (is_ladder(spec) or Path(spec).is_dir() or is_known(spec)
-            or bool(_HUB_ID.match(spec)))
+            or bool(is_hub_id(spec)))
 
 
 def config_slice(config: dict, *keys: str) -> str:
@@ -260,8 +257,49 @@ def smallest_step_check(config: dict) -> None:
                         "model FLOPs): raise the first rung or shrink that allocation")
 
 
+#: The key naming a reward's feedback model, by reward type (a rule reward has none).
+REWARD_MODEL_KEY = {"rule": None, "prm": "prm", "rule+prm": "prm", "orm": "orm"}
+
+
+def _check_reward(name: str, reward: dict, prm_sizes: list) -> None:
+    """A ``rewards:`` entry names the model its type reads, and only that one: a ``prm`` key on
+    a rule or orm reward would be ignored by the reward yet charged by the budget check."""
+    if not re.match(r"^[A-Za-z0-9_.+-]+$", name):
+        raise ConfigError(f"rewards.{name}: names may use letters, digits and _ . + -")
+    kind = reward["type"]
+    wanted = REWARD_MODEL_KEY[kind]
+    for key in ("prm", "orm"):
+        if key != wanted and key in reward:
+            raise ConfigError(f"rewards.{name}.{key}: type {kind} reads no {key} key "
+                              f"({'no model' if wanted is None else 'its model is ' + wanted})")
+    if wanted is None:
+        return
+    model = reward.get(wanted)
+    if not model:
+        raise ConfigError(f"rewards.{name}.{wanted}: the {kind} reward needs a "
+                          f"{'PRM' if wanted == 'prm' else 'model path or hub id'}")
+    if wanted == "prm" and model in prm_sizes:
+        return
+    if not (Path(model).is_dir() or is_hub_id(model)):
+        ladder = f"one of prm.sizes {prm_sizes}, " if wanted == "prm" else ""
+        raise ConfigError(f"rewards.{name}.{wanted}: {model!r} is not {ladder}an existing "
+                          "folder or a hub id (org/name)")
+
+
+def _check_task(task: dict) -> None:
+    """The task's step ranges are ordered and its kind has the keys it reads."""
+    for low, high in (("min_steps", "max_steps"), ("ood_min_steps", "ood_max_steps")):
+        if task[low] > task[high]:
+            raise ConfigError(f"task.{low}: {task[low]} is above task.{high} ({task[high]})")
+    needs = {"jsonl": ("train_jsonl", "eval_in_jsonl", "eval_ood_jsonl"), "hf": ("hf_id",)}
+    for key in needs.get(task["kind"], ()):
+        if not task.get(key):
+            raise ConfigError(f"task.{key}: required when task.kind is {task['kind']}")
+
+
 def check_config(config: dict) -> dict:
     """Cross-field checks the schema cannot express; returns the config unchanged."""
+    _check_task(config["task"])
     _unique(config["sizes"], "sizes")
     for i, size in enumerate(config["sizes"]):
         if not is_model_spec(size):
@@ -273,17 +311,7 @@ def check_config(config: dict) -> dict:
         if not is_model_spec(size):
             raise ConfigError(f"prm.sizes[{i}]: unknown PRM size {size!r}")
     for name, reward in config["rewards"].items():
-        if not re.match(r"^[A-Za-z0-9_.+-]+$", name):
-            raise ConfigError(f"rewards.{name}: names may use letters, digits and _ . + -")
-        if reward["type"] in ("prm", "rule+prm"):
-            prm = reward.get("prm")
-            if prm is None:
-                raise ConfigError(f"rewards.{name}.prm: a {reward['type']} reward needs a PRM")
-            if prm not in prm_sizes and not (Path(prm).is_dir() or _HUB_ID.match(prm)):
-                raise ConfigError(f"rewards.{name}.prm: {prm!r} is not one of prm.sizes "
-                                  f"{prm_sizes} nor a path / hub id")
-        if reward["type"] == "orm" and not reward.get("orm"):
-            raise ConfigError(f"rewards.{name}.orm: an orm reward needs a model path or hub id")
+        _check_reward(name, reward, prm_sizes)
     for name, entry in config["allocations"].items():
         if not re.match(r"^[A-Za-z0-9_.-]+$", name):
             raise ConfigError(f"allocations.{name}: names may use letters, digits and _ . -")
