@@ -65,10 +65,10 @@ def test_every_model_job_carries_the_configs_device():
 
 def test_the_device_is_not_part_of_the_trajectory():
     """A run resumed on another device goes on from its checkpoint (module docstring of
-    race.grpo.run): the device changes where it computes, not what the run is."""
+    race.grpo.resume): the device changes where it computes, not what the run is."""
     from dataclasses import replace
 
-    from race.grpo.run import job_fingerprint
+    from race.grpo.resume import job_fingerprint
 
     job = jobs.TrainJob(base="no/base", train_data="no/data.jsonl", run_dir="r", rungs=[1.0])
     assert job_fingerprint(job) == job_fingerprint(replace(job, device="cuda"))

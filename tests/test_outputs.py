@@ -46,7 +46,7 @@ def test_damaged_outputs_are_set_aside_and_checkpoints_left_alone(tmp_path):
     bad.write_text('{"targets": {"in_pass1": ')
     state = run / "checkpoints" / "checkpoint-4" / "race_state.json"
     state.parent.mkdir(parents=True)
-    state.write_text("{")  # resuming skips it (race.grpo.checkpoints.latest_checkpoint)
+    state.write_text("{")  # resuming skips it (race.grpo.resume.latest_checkpoint)
     notes = "metrics.jsonl"
     (run / notes).write_text("{")  # not a JSON output of a job
     dry = set_aside_corrupt(tmp_path, dry_run=True)

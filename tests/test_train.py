@@ -19,14 +19,8 @@ from race.atomic import current_umask
 from race.data.task import TaskSpec, write_splits
 from race.flops.ledger import Ledger
 from race.flops.meter import BatchShapes, StepMeter
-from race.grpo.checkpoints import latest_checkpoint
-from race.grpo.run import (
-    BudgetError,
-    _reuse_finished,
-    job_fingerprint,
-    run_training,
-    rung_complete,
-)
+from race.grpo.resume import job_fingerprint, latest_checkpoint, reuse_finished, rung_complete
+from race.grpo.run import BudgetError, run_training
 from race.study.cells import PERF, rung_dir
 from race.study.jobs import TrainJob, to_json
 from race.study.specs import Allocation
@@ -81,6 +75,12 @@ def without_timing(row: dict) -> dict:
     phase)."""
     return {k: v for k, v in row.items()
             if k != "time" and not k.endswith("_s") and not k.startswith("mfu_")}
+
+
+def metrics_rows(run_dir: Path) -> list[dict]:
+    """The run's metrics.jsonl rows without their wall-clock fields."""
+    return [without_timing(json.loads(line))
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def read_rung(run_dir: Path, budget: float) -> dict:
@@ -152,11 +152,7 @@ def test_determinism(tiny_base, reference_run, tmp_path):
         assert flops_rows(read_rung(other, budget)) == flops_rows(read_rung(run_dir, budget))
         a, b = adapter_tensors(other, budget), adapter_tensors(run_dir, budget)
         assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
-    metrics = [without_timing(json.loads(line))
-               for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    again = [without_timing(json.loads(line))
-             for line in (other / "metrics.jsonl").read_text().splitlines()]
-    assert metrics == again
+    assert metrics_rows(run_dir) == metrics_rows(other)
 
 
 def test_the_run_records_its_device_peak_and_utilisation(reference_run):
@@ -238,6 +234,27 @@ def test_deleted_rung_summaries_of_a_finished_run_are_rebuilt_not_retrained(
         adapter_mtime)  # nothing retrained
 
 
+def test_a_damaged_metrics_file_of_a_finished_run_is_rewritten(tiny_base, reference_run,
+                                                                 tmp_path):
+    """The MLflow mirror refuses a damaged metrics.jsonl and says to delete the run's DONE
+    and rerun: that rerun must repair the file (from the checkpoint, replaying the steps
+    after it), not reuse the finished run as it is."""
+    run_dir, summary = reference_run
+    copy = tmp_path / "cell"
+    shutil.copytree(run_dir, copy)
+    lines = (copy / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1][:20]  # a line cut short
+    (copy / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    delete_declared_outputs(copy, [B1, B2])
+    again = run_training(make_job(tiny_base, copy, [B1, B2]))
+    assert again == summary
+    assert metrics_rows(copy) == metrics_rows(run_dir)
+    for budget in (B1, B2):
+        assert flops_rows(read_rung(copy, budget)) == flops_rows(read_rung(run_dir, budget))
+        a, b = adapter_tensors(copy, budget), adapter_tensors(run_dir, budget)
+        assert all((a[k] == b[k]).all() for k in a)
+
+
 def test_a_rung_added_below_the_checkpoint_retrains_the_run(tiny_base, reference_run,
                                                            tmp_path):
     """A rung inserted into the config below where the run's checkpoint stands cannot be
@@ -262,7 +279,7 @@ def test_state_of_another_job_or_damaged_is_not_reused(tiny_base, reference_run,
     other = make_job(tiny_base, run_dir, [B1, B2], alloc=replace(ALLOC, learning_rate=1e-3))
     assert job_fingerprint(other) != job_fingerprint(job)
     assert job_fingerprint(replace(job, run_key="x", tags={"a": 1})) == job_fingerprint(job)
-    assert _reuse_finished(other, run_dir) is None  # a config change retrains
+    assert reuse_finished(other, run_dir) is None  # a config change retrains
     assert latest_checkpoint(run_dir, job_fingerprint(other)) is None
     ckpt = latest_checkpoint(run_dir, job_fingerprint(job))
     assert ckpt is not None
@@ -271,7 +288,7 @@ def test_state_of_another_job_or_damaged_is_not_reused(tiny_base, reference_run,
     (copy / "checkpoints" / ckpt.name / "race_state.json").write_text('{"step": ')  # cut short
     assert latest_checkpoint(copy, job_fingerprint(job)) is None
     (copy / "train.json").write_text("{")
-    assert _reuse_finished(job, copy) is None
+    assert reuse_finished(job, copy) is None
 
 
 def test_outputs_follow_the_umask(reference_run):
@@ -286,15 +303,14 @@ def test_mlflow_one_run_per_cell_and_no_duplicate_steps(tiny_base, tmp_path):
     from mlflow.tracking import MlflowClient
 
     from race.study.specs import MlflowSpec
+    from race.tracking.mlflow_runs import ROW_KEYS, mlflow_key
 
     spec = MlflowSpec(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
                       artifact_root=str(tmp_path / "artifacts"), experiment="t")
     run_dir = tmp_path / "cell"
     job = make_job(tiny_base, run_dir, [B1], mlflow=spec, run_key="size~nano/reward~rule")
     summary = run_training(job)
-    # Delete the rung and rerun: the run is retrained, logging into the same MLflow run.
-    import shutil
-
+    # Delete the rung and rerun: the run is retrained afresh, its MLflow run replaced.
     shutil.rmtree(rung_dir(run_dir, B1))
     run_training(job)
     client = MlflowClient(tracking_uri=spec.tracking_uri)
@@ -307,6 +323,20 @@ def test_mlflow_one_run_per_cell_and_no_duplicate_steps(tiny_base, tmp_path):
     for key in ("flops/rollout", "flops/learning", "flops/reward", "flops/p_learning",
                 "progress/updates", "progress/rollouts", "train/reward_mean", "perf/rollout_s"):
         assert key in runs[0].data.metrics
+    # Another learning rate is another trajectory, trained afresh into the same run folder:
+    # the live MLflow run holds the new run's values (its wall seconds at least differ from
+    # the old run's), not the old ones it had at those steps.
+    changed = make_job(tiny_base, run_dir, [B1], mlflow=spec, run_key="size~nano/reward~rule",
+                       alloc=replace(ALLOC, learning_rate=3e-3))
+    run_training(changed)
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for field in sorted(set(rows[0]) - set(ROW_KEYS)):
+        held = {m.step: m.value for m in client.get_metric_history(runs[0].info.run_id,
+                                                                     mlflow_key(field))}
+        assert held == {r["step"]: pytest.approx(r[field]) for r in rows
+                        if r.get(field) is not None}, field
 
 
 def test_mlflow_off_leaves_files_complete(reference_run):

@@ -73,7 +73,7 @@ def corrupt_outputs(results_dir: str | Path) -> list[Path]:
     """Every output under ``results_dir`` named in :data:`PRODUCERS` that does not parse.
 
     Checkpoints are left out: resuming skips a damaged checkpoint and takes the one before
-    (race.grpo.checkpoints.latest_checkpoint)."""
+    (race.grpo.resume.latest_checkpoint)."""
     root = Path(results_dir)
     if not root.is_dir():
         return []

@@ -43,7 +43,6 @@ instead of resuming a different run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -59,7 +58,15 @@ from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import BatchShapes, StepMeter
 from race.flops.peak import device_peak, utilisation
 from race.grpo.adapter_card import finish_adapter
-from race.grpo.checkpoints import latest_checkpoint
+from race.grpo.resume import (
+    job_fingerprint,
+    latest_checkpoint,
+    ledger_summary,
+    rebuild_rungs,
+    reuse_finished,
+    rung_complete,
+    rung_summary_json,
+)
 from race.grpo.trainer import (
     budget_callback_class,
     fused_head_is_compact,
@@ -68,97 +75,11 @@ from race.grpo.trainer import (
 )
 from race.outputs import read_output
 from race.study.cells import DONE, PERF, format_budget, rung_dir
-from race.study.jobs import TrainJob, to_json
-
-ADAPTER_FILE = "adapter_model.safetensors"
-#: TrainJob fields that do not change the trajectory (where it is logged, how it is named; the
-#: rungs only decide where to snapshot, and a change of rungs is handled apart; the device only
-#: where it computes: a run resumed on another device goes on, its numbers differing by rounding)
-NOT_TRAJECTORY = ("run_dir", "results_dir", "run_key", "study", "mlflow", "tags", "rungs",
-                  "save_every", "device")
+from race.study.jobs import TrainJob
 
 
 class BudgetError(ValueError):
     """A budget (or rung) is smaller than one training step."""
-
-
-def rung_complete(run_dir: str | Path, budget: float) -> bool:
-    """A rung snapshot is complete when its ledger and DONE marker are both there (Snakemake
-    deletes a rerun job's declared outputs, the ledgers, before running it)."""
-    folder = rung_dir(run_dir, budget)
-    return (folder / DONE).exists() and (folder / "ledger.json").exists()
-
-
-def _stamps(path: Path) -> list:
-    """(name, size, mtime_ns) of a file, or of a model folder's config and weights (not of
-    everything in it: the base policy's folder also receives its evaluation)."""
-    if path.is_file():
-        st = path.stat()
-        return [[str(path), st.st_size, st.st_mtime_ns]]
-    if path.is_dir():
-        model = [path / "config.json", *sorted(path.glob("*.safetensors"))]
-        return [s for p in model if p.is_file() for s in _stamps(p)]
-    return []
-
-
-def job_fingerprint(job: TrainJob) -> str:
-    """A digest of what decides the run's trajectory: the job's fields (less
-    :data:`NOT_TRAJECTORY`) and the stamps of its local inputs (base policy, training data,
-    the trained PRM of its reward). Reused state must carry the same digest."""
-    fields = {k: v for k, v in json.loads(to_json(job)).items() if k not in NOT_TRAJECTORY}
-    inputs = [Path(job.base), Path(job.train_data)]
-    prm = job.reward.get("prm") or job.reward.get("orm")
-    if prm is not None:
-        ladder = Path(job.results_dir) / "prm" / f"size~{prm}"
-        inputs.append(ladder if ladder.is_dir() else Path(str(prm)))
-    stamps = [s for p in inputs for s in _stamps(p)]
-    payload = json.dumps({"job": fields, "inputs": stamps}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
-
-
-# --------------------------------------------------------------------------- state on disk
-
-
-def ledger_summary(ledger: Ledger, budget: float, counters: dict) -> dict:
-    """The ``ledger.json`` of a rung: totals, per-phase split, learning share, what was bought."""
-    totals = ledger.totals()
-    total = ledger.model_total
-    step_totals: dict[int, int] = {}
-    for row in ledger.rows:
-        if row.phase in BUDGET_PHASES:
-            step_totals[row.step] = step_totals.get(row.step, 0) + row.model_flops
-    return {
-        "budget": budget,
-        "steps": len(ledger.steps),
-        "model_flops": total,
-        "executed_flops": ledger.executed_total,
-        "phases": {p: totals[p] for p in BUDGET_PHASES},
-        "max_step_model_flops": max(step_totals.values(), default=0),
-        "p_learning": totals["learning"]["model_flops"] / total if total else 0.0,
-        **counters,
-        "rows": ledger.to_dict()["rows"],
-    }
-
-
-def rung_summary_json(ledger: Ledger, budget: float, counters: dict) -> str:
-    """A rung's ``ledger.json`` text: the summary of the ledger's prefix at the rung's step
-    (``counters["step"]``), with the counters at that step."""
-    summary = ledger_summary(ledger.prefix(counters["step"]), budget, counters)
-    return json.dumps(summary, indent=1, sort_keys=True)
-
-
-def rebuild_rungs(run_dir: Path, ledger: Ledger, rung_counters: dict[float, dict]) -> list[float]:
-    """Rewrite the summary (``ledger.json``, ``DONE``) of every snapshotted rung that lost it
-    but kept its adapter, identical to the one it replaces; returns the rungs rebuilt."""
-    rebuilt = []
-    for budget, counters in rung_counters.items():
-        folder = rung_dir(run_dir, budget)
-        if rung_complete(run_dir, budget) or not (folder / ADAPTER_FILE).exists():
-            continue
-        write_text_atomic(folder / "ledger.json", rung_summary_json(ledger, budget, counters))
-        (folder / DONE).write_text("")
-        rebuilt.append(budget)
-    return rebuilt
 
 
 def progress_line(row: dict, budget: float) -> str:
@@ -385,7 +306,7 @@ def run_training(job: TrainJob) -> dict:
     from race.policy.ladder import load_policy
 
     run_dir = Path(job.run_dir)
-    finished = _reuse_finished(job, run_dir)
+    finished = reuse_finished(job, run_dir)
     if finished is not None:
         return finished
     device = prepare_device(job.device)  # a GPU asked for and absent: an error, nothing written
@@ -449,6 +370,10 @@ def run_training(job: TrainJob) -> dict:
 
         run.logger = RunLogger(job.mlflow, run_dir, job.run_key or str(run_dir), job.study,
                                job.params(), tags=job.tags)
+        if resume is None and not run.logger.created:
+            # A fresh trajectory: the points the cell's MLflow run holds are another run's
+            # (an earlier config, or steps a kill cut off); the old run goes to the trash.
+            run.logger.replace_run()
 
     # max_steps only sizes the data loader: the budget callback stops the run.
     max_steps = int(job.budget // max(1, run.meter.learning(
@@ -487,26 +412,5 @@ def _finish(run: MeteredRun, job: TrainJob, run_dir: Path) -> dict:
     summary = ledger_summary(run.ledger, job.budget, dict(run.counters))
     summary.pop("rows")
     write_json_atomic(run_dir / "train.json", {**summary, "state": run.state()})
-    (run_dir / DONE).write_text("")
-    return summary
-
-
-def _reuse_finished(job: TrainJob, run_dir: Path) -> dict | None:
-    """The summary of this job's finished run, with every rung summary that was deleted
-    rebuilt from the run's ledger; None when there is no such run to reuse (not finished,
-    another job's, damaged, or a rung's adapter is gone)."""
-    try:
-        summary = read_output(run_dir / "train.json")
-        ledger = Ledger.load(run_dir / "ledger.json")
-    except (OSError, ValueError, KeyError):
-        return None
-    state = summary.pop("state", None)
-    if (state is None or state["fingerprint"] != job_fingerprint(job)
-            or sorted(state["rungs_done"]) != sorted(job.rungs)):
-        return None
-    counters = {b: c for b, c in state["rung_counters"]}
-    if any(not (rung_dir(run_dir, b) / ADAPTER_FILE).exists() for b in job.rungs):
-        return None
-    rebuild_rungs(run_dir, ledger, counters)
     (run_dir / DONE).write_text("")
     return summary

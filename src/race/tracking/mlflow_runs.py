@@ -1,9 +1,11 @@
 """MLflow as the window onto a run folder (the files under results/ are the source of truth).
 
 One MLflow run per training cell, named by the cell's run key and tagged ``run_key`` and
-``study``. Its id is stored in the run folder (``mlflow_run_id``) so a rerun or a resumed run
-continues the same MLflow run. An id that the tracking store does not hold (the DB was deleted
-or replaced) or holds as deleted is stale: the run is then found again by its ``run_key`` tag,
+``study``. Its id is stored in the run folder (``mlflow_run_id``) so a resumed run continues
+the same MLflow run; a run trained afresh into the folder replaces it
+(:meth:`RunLogger.replace_run`: the old points belong to another trajectory). An id that the
+tracking store does not hold (the DB was deleted or replaced) or holds as deleted is stale:
+the run is then found again by its ``run_key`` tag,
 or created, never duplicated.
 
 Exactly once per (run, key, step). Points are queued per key and sent by :meth:`RunLogger.flush`,
@@ -174,8 +176,8 @@ class RunLogger:
         self._pending: dict[str, dict[int, tuple[float, int | None]]] = {}
         self.start_time = start_time
         with locked(self.run_dir) as lock:
-            self.run_id, created = self._resolve_run()
-            self._start_cache(created, _flush_count(lock))
+            self.run_id, self.created = self._resolve_run()
+            self._start_cache(self.created, _flush_count(lock))
 
     # ------------------------------------------------------------------ which run
     def _active(self, run_id: str) -> bool:

@@ -1,0 +1,165 @@
+"""What a rerun of a metered run reuses, and the proof that it is this job's.
+
+* Checkpoints (:func:`latest_checkpoint`): the latest complete one (TRL's trainer state and
+  RACE's state both readable) whose fingerprint is this job's. A damaged or foreign checkpoint
+  is skipped, not repaired.
+* A finished run (:func:`reuse_finished`): its ``train.json``, run ledger, every rung's
+  adapter and a ``metrics.jsonl`` with one row per step. The rung summaries Snakemake deleted
+  before a rerun are rebuilt from the ledger (:func:`rebuild_rungs`), not retrained. Anything
+  missing or damaged sends the run back to its checkpoint (which rewrites ``metrics.jsonl``)
+  or to a fresh start.
+* The fingerprint (:func:`job_fingerprint`): a digest of the job's trajectory-defining fields
+  and the stamps of its local inputs, carried by checkpoints and ``train.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from race.atomic import write_text_atomic
+from race.flops.ledger import BUDGET_PHASES, Ledger
+from race.outputs import CorruptOutputError, read_output
+from race.study.cells import DONE, rung_dir
+from race.study.jobs import TrainJob, to_json
+
+ADAPTER_FILE = "adapter_model.safetensors"
+#: TrainJob fields that do not change the trajectory (where it is logged, how it is named; the
+#: rungs only decide where to snapshot, and a change of rungs is handled apart; the device only
+#: where it computes: a run resumed on another device goes on, its numbers differing by rounding)
+NOT_TRAJECTORY = ("run_dir", "results_dir", "run_key", "study", "mlflow", "tags", "rungs",
+                  "save_every", "device")
+
+
+def rung_complete(run_dir: str | Path, budget: float) -> bool:
+    """A rung snapshot is complete when its ledger and DONE marker are both there (Snakemake
+    deletes a rerun job's declared outputs, the ledgers, before running it)."""
+    folder = rung_dir(run_dir, budget)
+    return (folder / DONE).exists() and (folder / "ledger.json").exists()
+
+
+def _stamps(path: Path) -> list:
+    """(name, size, mtime_ns) of a file, or of a model folder's config and weights (not of
+    everything in it: the base policy's folder also receives its evaluation)."""
+    if path.is_file():
+        st = path.stat()
+        return [[str(path), st.st_size, st.st_mtime_ns]]
+    if path.is_dir():
+        model = [path / "config.json", *sorted(path.glob("*.safetensors"))]
+        return [s for p in model if p.is_file() for s in _stamps(p)]
+    return []
+
+
+def job_fingerprint(job: TrainJob) -> str:
+    """A digest of what decides the run's trajectory: the job's fields (less
+    :data:`NOT_TRAJECTORY`) and the stamps of its local inputs (base policy, training data,
+    the trained PRM of its reward). Reused state must carry the same digest."""
+    fields = {k: v for k, v in json.loads(to_json(job)).items() if k not in NOT_TRAJECTORY}
+    inputs = [Path(job.base), Path(job.train_data)]
+    prm = job.reward.get("prm") or job.reward.get("orm")
+    if prm is not None:
+        ladder = Path(job.results_dir) / "prm" / f"size~{prm}"
+        inputs.append(ladder if ladder.is_dir() else Path(str(prm)))
+    stamps = [s for p in inputs for s in _stamps(p)]
+    payload = json.dumps({"job": fields, "inputs": stamps}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def ledger_summary(ledger: Ledger, budget: float, counters: dict) -> dict:
+    """The ``ledger.json`` of a rung: totals, per-phase split, learning share, what was bought."""
+    totals = ledger.totals()
+    total = ledger.model_total
+    step_totals: dict[int, int] = {}
+    for row in ledger.rows:
+        if row.phase in BUDGET_PHASES:
+            step_totals[row.step] = step_totals.get(row.step, 0) + row.model_flops
+    return {
+        "budget": budget,
+        "steps": len(ledger.steps),
+        "model_flops": total,
+        "executed_flops": ledger.executed_total,
+        "phases": {p: totals[p] for p in BUDGET_PHASES},
+        "max_step_model_flops": max(step_totals.values(), default=0),
+        "p_learning": totals["learning"]["model_flops"] / total if total else 0.0,
+        **counters,
+        "rows": ledger.to_dict()["rows"],
+    }
+
+
+def rung_summary_json(ledger: Ledger, budget: float, counters: dict) -> str:
+    """A rung's ``ledger.json`` text: the summary of the ledger's prefix at the rung's step
+    (``counters["step"]``), with the counters at that step."""
+    summary = ledger_summary(ledger.prefix(counters["step"]), budget, counters)
+    return json.dumps(summary, indent=1, sort_keys=True)
+
+
+def rebuild_rungs(run_dir: Path, ledger: Ledger, rung_counters: dict[float, dict]) -> list[float]:
+    """Rewrite the summary (``ledger.json``, ``DONE``) of every snapshotted rung that lost it
+    but kept its adapter, identical to the one it replaces; returns the rungs rebuilt."""
+    rebuilt = []
+    for budget, counters in rung_counters.items():
+        folder = rung_dir(run_dir, budget)
+        if rung_complete(run_dir, budget) or not (folder / ADAPTER_FILE).exists():
+            continue
+        write_text_atomic(folder / "ledger.json", rung_summary_json(ledger, budget, counters))
+        (folder / DONE).write_text("")
+        rebuilt.append(budget)
+    return rebuilt
+
+
+
+
+def _metrics_intact(path: Path, steps: list[int]) -> bool:
+    """``metrics.jsonl`` holds one readable row per step of the ledger, in order: what the
+    MLflow mirror reads. A damaged or cut file is not reused as is."""
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+    except (OSError, ValueError):
+        return False
+    return [row.get("step") if isinstance(row, dict) else None for row in rows] == steps
+
+
+def reuse_finished(job: TrainJob, run_dir: Path) -> dict | None:
+    """The summary of this job's finished run, with every rung summary that was deleted
+    rebuilt from the run's ledger; None when there is no such run to reuse (not finished,
+    another job's, damaged -- its metrics.jsonl included --, or a rung's adapter is gone)."""
+    try:
+        summary = read_output(run_dir / "train.json")
+        ledger = Ledger.load(run_dir / "ledger.json")
+    except (OSError, ValueError, KeyError):
+        return None
+    state = summary.pop("state", None)
+    if (state is None or state["fingerprint"] != job_fingerprint(job)
+            or sorted(state["rungs_done"]) != sorted(job.rungs)):
+        return None
+    counters = {b: c for b, c in state["rung_counters"]}
+    if any(not (rung_dir(run_dir, b) / ADAPTER_FILE).exists() for b in job.rungs):
+        return None
+    if not _metrics_intact(run_dir / "metrics.jsonl", ledger.steps):
+        return None  # resuming from the checkpoint rewrites it (MeteredRun.restore)
+    rebuild_rungs(run_dir, ledger, counters)
+    (run_dir / DONE).write_text("")
+    return summary
+
+
+def state_of(ckpt: Path) -> dict | None:
+    """A checkpoint's RACE state, or None when it is incomplete or damaged."""
+    if not (ckpt / "trainer_state.json").exists():
+        return None
+    try:
+        read_output(ckpt / "trainer_state.json")
+        return read_output(ckpt / "race_state.json")
+    except (OSError, CorruptOutputError):
+        return None
+
+
+def latest_checkpoint(run_dir: Path, fingerprint: str) -> Path | None:
+    """The latest complete, readable checkpoint of this job (its fingerprint)."""
+    ckpts = sorted((run_dir / "checkpoints").glob("checkpoint-*"),
+                   key=lambda p: int(p.name.split("-")[1]), reverse=True)
+    for ckpt in ckpts:
+        state = state_of(ckpt)
+        if state is not None and state.get("fingerprint") == fingerprint:
+            return ckpt
+    return None
