@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from faults import checkpoint, steps_done, wait_for
+from faults import checkpoint, kill_switch, steps_done
 
 from race.atomic import current_umask
 from race.data.task import TaskSpec, write_splits
@@ -172,11 +172,11 @@ def test_the_run_records_its_device_peak_and_utilisation(reference_run):
     assert any(r["mfu_rollout"] is None for r in rows) and any(r["mfu_rollout"] for r in rows)
 
 
-def start_training(job: TrainJob) -> subprocess.Popen:
+def start_training(job: TrainJob, env: dict | None = None) -> subprocess.Popen:
     code = ("import sys, torch; torch.set_num_threads(1); from race.grpo.run import run_training;"
             " from race.study.jobs import TrainJob, from_json;"
             " run_training(from_json(TrainJob, sys.argv[1]))")
-    return subprocess.Popen([sys.executable, "-c", code, to_json(job)],
+    return subprocess.Popen([sys.executable, "-c", code, to_json(job)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -195,16 +195,10 @@ def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp
     run_dir, _ = reference_run
     killed = tmp_path / "cell"
     job = make_job(tiny_base, killed, [B1, B2])
-    proc = start_training(job)
-
-    def past_a_rung_checkpoint() -> int | None:
-        step, rungs = checkpoint(killed)
-        return proc.pid if rungs >= 1 and steps_done(killed) > step else None
-
-    pid = wait_for(past_a_rung_checkpoint, proc, timeout=240)
-    assert pid is not None, "the run finished before it could be killed"
-    os.kill(pid, signal.SIGKILL)
-    proc.wait()
+    proc = start_training(job, kill_switch(tmp_path / "kill", killed, rungs=1, steps=2))
+    assert proc.wait(timeout=240) == -signal.SIGKILL
+    step, rungs = checkpoint(killed)
+    assert rungs == 1 and steps_done(killed) > step  # killed past a checkpoint after B1
     assert rung_complete(killed, B1) and not (killed / "DONE").exists()
     delete_declared_outputs(killed, [B1, B2])
     run_training(job)  # resumes from the checkpoint
@@ -215,6 +209,45 @@ def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp
         assert all((a[k] == b[k]).all() for k in a)
     steps = [json.loads(x)["step"] for x in (killed / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps))  # no step logged twice
+
+
+class KilledInSave(BaseException):
+    """Stands for a kill while a checkpoint is being saved."""
+
+
+def test_a_kill_while_a_checkpoint_is_saved_keeps_the_previous_one(
+        tiny_base, reference_run, tmp_path, monkeypatch, capsys):
+    """Killed after TRL wrote the second checkpoint but before RACE's state went into it: the
+    first checkpoint is still there and complete (TRL's own rotation deleted it before the
+    callback ran), so the rerun resumes from it instead of training from step 1."""
+    from race.grpo.run import MeteredRun
+
+    run_dir, _ = reference_run
+    killed = tmp_path / "cell"
+    job = make_job(tiny_base, killed, [B1, B2])
+    save_state = MeteredRun.save_state
+    saves = []
+
+    def save_then_die(self, ckpt, step):
+        saves.append(step)
+        if len(saves) == 2:
+            raise KilledInSave
+        save_state(self, ckpt, step)
+
+    monkeypatch.setattr(MeteredRun, "save_state", save_then_die)
+    with pytest.raises(KilledInSave):
+        run_training(job)
+    monkeypatch.undo()
+    assert latest_checkpoint(killed, job_fingerprint(job)).name == f"checkpoint-{saves[0]}"
+    run_training(job)
+    assert f"resuming from checkpoint-{saves[0]}" in capsys.readouterr().err
+    for budget in (B1, B2):
+        assert flops_rows(read_rung(killed, budget)) == flops_rows(read_rung(run_dir, budget))
+        a, b = adapter_tensors(killed, budget), adapter_tensors(run_dir, budget)
+        assert all((a[k] == b[k]).all() for k in a)
+    assert metrics_rows(killed) == metrics_rows(run_dir)
+    assert [c.name for c in (killed / "checkpoints").glob("checkpoint-*")] == [
+        c.name for c in (run_dir / "checkpoints").glob("checkpoint-*")]  # one kept
 
 
 def test_deleted_rung_summaries_of_a_finished_run_are_rebuilt_not_retrained(

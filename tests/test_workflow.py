@@ -4,18 +4,16 @@ import json
 import os
 import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from faults import checkpoint, steps_done, wait_for
+from faults import checkpoint, kill_switch, steps_done
 
 from race.analysis.columns import TIMING_COLUMNS
 from race.analysis.report import FIGURE_CAPTIONS
@@ -298,18 +296,6 @@ def mlflow_points(wd: Path) -> list[tuple]:
                   for run, key, step, value in rows)
 
 
-def train_pid(cell: str) -> int | None:
-    """The pid of the ``race train`` process of ``cell`` (not the shell that started it)."""
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().decode().split("\0")
-        except (OSError, ValueError):
-            continue
-        if argv[1:4] == ["-m", "race.cli", "train"] and f"runs/{cell}" in " ".join(argv):
-            return int(proc.name)
-    return None
-
-
 def cut_short(path: Path) -> None:
     text = path.read_text()
     path.write_text(text[: len(text) // 2])
@@ -321,21 +307,15 @@ def test_faults_leave_the_study_as_if_uninterrupted(smoke_study, tmp_path):
     a ledger and an evaluation short, rerun: the study is the uninterrupted one."""
     wd = workdir(tmp_path)
     run = wd / "results" / "runs" / KILLED
+    # The training job of KILLED kills itself two steps past its second rung's checkpoint.
     study = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2",
                               "--configfile", "configs/smoke.yaml"], cwd=wd,
+                             env=kill_switch(tmp_path / "kill", run, rungs=2, steps=2),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def two_steps_past_the_second_rungs_checkpoint() -> int | None:
-        step, rungs = checkpoint(run)
-        return train_pid(KILLED) if rungs >= 2 and steps_done(run) >= step + 2 else None
-
-    pid = wait_for(two_steps_past_the_second_rungs_checkpoint, study)
-    assert pid is not None, "the training job finished before it could be killed"
-    os.kill(pid, signal.SIGKILL)
-    time.sleep(0.2)
-    killed_at = steps_done(run)
     assert study.wait(timeout=900) != 0  # the workflow reports the killed job
-    assert not (run / "DONE").exists()
+    killed_at = steps_done(run)
+    step, rungs = checkpoint(run)
+    assert rungs == 2 and killed_at > step and not (run / "DONE").exists()
 
     snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
     log = (wd / "logs" / "runs" / f"{KILLED}.log").read_text()
@@ -345,7 +325,7 @@ def test_faults_leave_the_study_as_if_uninterrupted(smoke_study, tmp_path):
     kept = int(resumed.group(2))
     print(f"killed after {killed_at} steps; resumed from step {kept}: "
           f"{killed_at - kept} steps redone")
-    assert killed_at - kept < 8  # at most one checkpoint interval (save_every 4) + the kill lag
+    assert killed_at == kept + 1  # killed at the end of step kept + 2, before it was logged
 
     (wd / "results" / "mlflow" / "mlflow.db").unlink()
     cut_short(wd / "results" / "runs" / CUT_LEDGER)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 from race.atomic import write_text_atomic
@@ -163,3 +164,18 @@ def latest_checkpoint(run_dir: Path, fingerprint: str) -> Path | None:
         if state is not None and state.get("fingerprint") == fingerprint:
             return ckpt
     return None
+
+
+def drop_older_checkpoints(keep: Path) -> list[Path]:
+    """Delete the checkpoints older than ``keep``, a checkpoint now complete (RACE's state
+    written); returns those deleted.
+
+    This replaces TRL's ``save_total_limit`` rotation, which deletes the older checkpoints
+    before the ``on_save`` callback writes ``race_state.json`` into the new one: a kill between
+    the two left no complete checkpoint, and the rerun trained from step 1. Here the older
+    one goes only once the newer one can be resumed from."""
+    step = int(keep.name.split("-")[1])
+    older = [c for c in keep.parent.glob("checkpoint-*") if int(c.name.split("-")[1]) < step]
+    for ckpt in older:
+        shutil.rmtree(ckpt, ignore_errors=True)  # a kill midway: skipped as damaged on resume
+    return older

@@ -27,7 +27,9 @@ Resume. Checkpoints are taken every ``save_every`` steps, rounded to a multiple 
 regenerate it on resume). On rerun the run continues from its latest checkpoint with the ledger
 and metrics truncated to that step; the replayed steps are recomputed identically (same RNG
 state, same data order), so nothing is lost or counted twice. A damaged checkpoint is skipped
-(an earlier one is taken, or the run starts fresh).
+(an earlier one is taken, or the run starts fresh); an older checkpoint is deleted only once
+the newer one is complete (race.grpo.resume.drop_older_checkpoints), so a kill while saving
+never leaves none.
 
 Snakemake deletes a rerun job's declared outputs (every rung's ``ledger.json`` and ``DONE``)
 before running it. Those summaries are rebuilt, not retrained: the checkpoint state (and, for

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from race.flops.meter import BatchShapes
+from race.grpo.resume import drop_older_checkpoints
 
 
 def metered_trainer_class():
@@ -83,6 +84,7 @@ def budget_callback_class():
         def on_save(self, args, state, control, **kwargs):
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             self.run.save_state(ckpt, state.global_step)
+            drop_older_checkpoints(ckpt)  # only now: the new one is complete
 
     return BudgetCallback
 
@@ -143,7 +145,8 @@ def grpo_config(job, max_steps: int, device: str = "cpu"):
         logging_steps=1,
         save_strategy="steps",
         save_steps=save_every,
-        save_total_limit=1,
+        # The callback keeps the latest complete checkpoint (drop_older_checkpoints).
+        save_total_limit=None,
         report_to="none",
         disable_tqdm=True,
         dataloader_num_workers=0,
