@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+from scipy.stats import spearmanr  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -40,6 +41,7 @@ from race.analysis.frontier import (  # noqa: E402
     is_decided,
     missing_cells,
     normalise_runs,
+    rank_candidates,
     regime_table,
     seed_summary,
 )
@@ -116,10 +118,18 @@ def test_seed_interval_combines_spread_and_binomial():
     s = seed_summary(table(vals, seeds=(0, 1, 2)), T, ["size", "alloc", "budget"]).iloc[0]
     se_b = [(wilson(a * 400, 400)[1] - wilson(a * 400, 400)[0]) / (2 * Z95)
             for a in (0.40, 0.45, 0.50)]
-    se = math.sqrt(max(np.var([0.40, 0.45, 0.50], ddof=1) / 3, sum(x * x for x in se_b) / 9))
+    # The binomial floor is one evaluation's variance (the mean), not over k: the seeds share
+    # the evaluation prompts.
+    se = math.sqrt(max(np.var([0.40, 0.45, 0.50], ddof=1) / 3, sum(x * x for x in se_b) / 3))
     assert s["n_seeds"] == 3 and s["acc"] == pytest.approx(0.45)
     assert s["se"] == pytest.approx(se)
     assert (s["acc_lo"], s["acc_hi"]) == pytest.approx((0.45 - Z95 * se, 0.45 + Z95 * se))
+    # Seeds that happen to agree: the interval is one evaluation's, not narrower.
+    close = {("nano", "base", 1e11, s): a for s, a in enumerate([0.4475, 0.45, 0.4525])}
+    close[("nano", "base", 1e11)] = 0.0
+    s = seed_summary(table(close, seeds=(0, 1, 2)), T, ["size", "alloc", "budget"]).iloc[0]
+    one = (wilson(0.45 * 400, 400)[1] - wilson(0.45 * 400, 400)[0]) / (2 * Z95)
+    assert s["se"] == pytest.approx(one, rel=0.01)
 
 
 def test_ties_are_reported_not_broken():
@@ -216,6 +226,12 @@ def test_search_targets_below_the_top_rung_are_not_run_by_design():
     assert by_design[["size", "alloc", "target"]].values.tolist() == [["nano", "base", "maj_k"]]
     every_rung = missing_cells(df, [T, "maj_k"])
     assert len(every_rung) == int(df["acc_maj_k"].isna().sum()) > 1
+    # The same in a stage that does not sort first (each stage's rows are renumbered).
+    shuffled = df.assign(stage="pilot").sample(frac=1.0, random_state=0)
+    two = normalise_runs(pd.concat([df, shuffled], ignore_index=True))
+    by_design = missing_cells(two, [T, "maj_k"], search_only_at_top=True)
+    assert by_design[["stage", "size", "alloc", "target"]].values.tolist() == [
+        ["full", "nano", "base", "maj_k"], ["pilot", "nano", "base", "maj_k"]]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,6 +311,29 @@ def test_agreement_hand_made():
     assert math.isnan(agreement(pilot, val).table["regret_full_points"].iloc[0])
 
 
+def test_agreement_scores_only_what_the_pilot_measured():
+    """A target without pilot values (a search target run only at the top rung) is not
+    scored, and configs the pilot cannot tell apart share its rank and its pick."""
+    pilot = table(PILOT, stage="pilot", targets=(T, "maj_k"))
+    pilot.loc[pilot["budget"] == 2e11, "acc_maj_k"] = np.nan  # none at the top pilot rung
+    val = table(VALIDATION, stage="validation", seeds=(0, 1), targets=(T, "maj_k"))
+    rows = agreement(pilot, val).table.set_index("target")
+    assert rows.loc["maj_k", "n_common"] == 0 and math.isnan(rows.loc["maj_k", "spearman_rho"])
+    assert rows.loc["maj_k", "pilot_pick"] != rows.loc["maj_k", "pilot_pick"]  # NaN: none
+    assert rows.loc[T, "n_common"] == 3
+    tied = dict(PILOT)
+    tied[("nano", "b", 2e11)] = 0.50  # b equals a at the top rung ...
+    tied[("nano", "b", 1e11)] = 0.30  # ... and in the mean: the pilot cannot tell them apart
+    ag = agreement(table(tied, stage="pilot"), val)
+    row = ag.table.iloc[0]
+    assert row["pilot_pick"] == "nano/a|nano/b" and row["top1_agree"]  # b is the best
+    assert row["pilot_pick_validation_acc"] == pytest.approx((0.55 + 0.60) / 2)
+    assert row["regret_points"] == pytest.approx(2.5)
+    assert ag.ranks.set_index("alloc")["pilot_rank"].to_dict() == {"a": 1.5, "b": 1.5, "c": 3}
+    # pilot (1.5, 1.5, 3) vs validation (2, 1, 3): Spearman of the average ranks
+    assert row["spearman_rho"] == pytest.approx(spearmanr([1.5, 1.5, 3], [2, 1, 3]).statistic)
+
+
 def test_agreement_perfect_pilot():
     pilot = table(PILOT, stage="pilot")
     val = table({("nano", "a", 1e12): 0.7, ("nano", "b", 1e12): 0.6}, stage="validation",
@@ -340,6 +379,44 @@ def test_fit_table_base_rows_holdout_and_insufficient_rungs():
     # Three rungs with R0 fixed: a fit, but no rung left to hold out.
     few = fit_table(pd.concat([df[df["budget"] <= 4e11], base])).iloc[0]
     assert few["status"] == "ok" and few["holdout_status"] == INSUFFICIENT
+
+
+def test_a_reward_without_a_base_value_fits_r0_freely():
+    """The base policy's native reward is measured under one reward only; another reward's
+    fit must not borrow it as R0."""
+    budgets = [1e11, 2e11, 4e11, 8e11, 1.6e12, 3.2e12]
+    vals = {("nano", "base", b): round(float(sigmoid(b, 0.7, 1.2, 5e11, 0.1)) * 400) / 400
+            for b in budgets}
+    parts = [table(vals, reward=reward) for reward in ("rule", "prm")]
+    base = [p[p["budget"] == 1e11].assign(budget=0.0, flops_total=0.0) for p in parts]
+    base[0][f"acc_{T}"] = 0.1
+    base[1][f"acc_{T}"] = np.nan  # measured under the rule reward only
+    fits = fit_table(pd.concat(parts + base)).set_index("reward")
+    assert fits.loc["rule", "r0_fixed"] and fits.loc["rule", "R0"] == 0.1
+    assert not fits.loc["prm", "r0_fixed"]
+
+
+def test_a_winner_is_decided_only_against_every_other_candidate():
+    """A third candidate with a lower mean but a wide interval can be closer to the winner
+    than the runner-up is: the winner is then undecided."""
+    cands = pd.DataFrame({"label": ["a", "b", "c"], "acc": [0.80, 0.70, 0.69],
+                          "se": [0.01, 0.01, 0.20], "acc_lo": [0.78, 0.68, 0.30],
+                          "acc_hi": [0.82, 0.72, 1.0], "n_seeds": [2, 2, 2]})
+    r = rank_candidates(cands)
+    assert r["runner_up"] == "b" and r["gap_z"] == pytest.approx(0.1 / math.hypot(0.01, 0.01))
+    assert not r["decided"]
+    assert rank_candidates(cands.assign(se=0.01))["decided"]
+    assert not rank_candidates(cands.assign(se=[0.01, 0.01, np.nan]))["decided"]
+
+
+def test_the_same_flop_figure_uses_a_trained_rung():
+    """The base rung has a row for every config but buys nothing: a partial grid's most
+    common rung must not be it."""
+    df = table(KNOWN)
+    base = df[df["budget"] == 1e11].assign(budget=0.0, flops_total=0.0)
+    partial = df[~((df["budget"] == 4e11) & (df["alloc"] == "base"))
+                 & ~((df["budget"] == 1e11) & (df["size"] == "nano") & (df["alloc"] == "search"))]
+    assert figures.equal_budget(pd.concat([partial, base])) == 1e11  # 3 configs; base: 4
 
 
 def test_sigmoid_band_parametric_bootstrap():
@@ -556,9 +633,11 @@ def test_frontier_figure_shows_intervals():
 def test_report_counts_decided_winners():
     md = render(_noisy_report())
     assert "## Decided winners" in md
-    assert (f"- rule reward · {TARGET_LABELS[T]}: 1 of 2 frontier winners and 2 of 6 regime "
-            "cells decided (z ≥ 2).") in md
-    assert "Decided (z ≥ 2): 1 of 2 frontier winners, 2 of 6 regime cells." in md
+    # The two mini cells have one allocation each (nothing to decide): not comparable.
+    assert (f"- rule reward · {TARGET_LABELS[T]}: 1 of 2 comparable frontier winners and 2 of "
+            "4 comparable regime cells decided (z ≥ 2).") in md
+    assert ("Decided (z ≥ 2): 1 of 2 comparable frontier winners, 2 of 4 comparable regime "
+            "cells.") in md
     z = 0.02 / math.hypot(_se(0.42), _se(0.40))
     assert f"undecided (search vs base, z={z:.1f})" == "undecided (search vs base, z=0.6)"
     assert "| micro | undecided (search vs base, z=0.6) | base |" in md

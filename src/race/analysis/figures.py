@@ -183,8 +183,10 @@ SAME_FLOP_METRICS = [("updates", "optimizer updates bought (count)", "updates (c
 
 
 def equal_budget(runs: pd.DataFrame) -> float:
-    """The budget rung reached by the most configs (largest on a tie): the fairest common rung."""
-    counts = runs.groupby("budget")[["size", "reward", "alloc"]].apply(
+    """The trained rung (budget > 0) reached by the most configs (largest on a tie): the
+    fairest common rung. The base rung has a row for every config and buys nothing."""
+    trained = runs[runs["budget"] > 0]
+    counts = trained.groupby("budget")[["size", "reward", "alloc"]].apply(
         lambda g: len(g.drop_duplicates()))
     top = counts.max()
     return float(max(b for b, c in counts.items() if c == top))

@@ -237,14 +237,18 @@ FIT_COLUMNS = [
 ]
 
 
-def base_accuracy(df: pd.DataFrame, targets: list[str]) -> dict[tuple[str, str], float]:
-    """(size, target) -> accuracy of the base policy, from rows with ``flops_total`` == 0."""
+def base_accuracy(df: pd.DataFrame, targets: list[str]) -> dict[tuple[str, str, str], float]:
+    """(size, reward, target) -> the base policy's value, from rows with ``flops_total`` == 0.
+
+    Per reward: a base policy's ``native_reward`` is measured under one reward system only
+    (race.analysis.aggregate blanks it for the others), so another reward's fit must not take
+    it as its R0; a reward without a base value fits R0 freely."""
     base = df[df["flops_total"] == 0]
-    out: dict[tuple[str, str], float] = {}
+    out: dict[tuple[str, str, str], float] = {}
     for t in targets:
-        for size, v in base.groupby("size")[f"acc_{t}"].mean().items():
+        for (size, reward), v in base.groupby(["size", "reward"])[f"acc_{t}"].mean().items():
             if math.isfinite(v):
-                out[(str(size), t)] = float(v)
+                out[(str(size), str(reward), t)] = float(v)
     return out
 
 
@@ -286,11 +290,11 @@ def _fit_row(item: tuple[tuple[str, str, str, str], pd.DataFrame, float | None])
 
 
 def fit_table(df: pd.DataFrame, targets: list[str] | None = None,
-              base_acc: dict[tuple[str, str], float] | None = None,
+              base_acc: dict[tuple[str, str, str], float] | None = None,
               workers: int = 1) -> pd.DataFrame:
     """One fit per (size, reward, alloc, target): columns :data:`FIT_COLUMNS`.
 
-    ``base_acc`` maps (size, target) to the base accuracy that fixes R0; by default it is read
+    ``base_acc`` maps (size, reward, target) to the base value that fixes R0; by default it is read
     from ``flops_total`` == 0 rows (:func:`base_accuracy`), and R0 is free where there are none.
     ``workers``: processes for the fits (:func:`race.analysis.parallel.pmap`; same table).
     """
@@ -299,7 +303,8 @@ def fit_table(df: pd.DataFrame, targets: list[str] | None = None,
     points = rung_points(df, targets)
     items = []
     for key, g in points.groupby(["size", "reward", "alloc", "target"], sort=True):
-        items.append((key, g[g["acc"].notna()].sort_values("budget"), base.get((key[0], key[3]))))
+        r0 = base.get((key[0], key[1], key[3]))
+        items.append((key, g[g["acc"].notna()].sort_values("budget"), r0))
     out = pd.DataFrame(pmap(_fit_row, items, workers), columns=FIT_COLUMNS)
     order = {t: i for i, t in enumerate(targets)}
     return (out.assign(_t=out["target"].map(order))

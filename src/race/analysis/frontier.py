@@ -12,22 +12,27 @@ Conventions (shared by every report module):
   preferring full > validation > pilot (:func:`pooled`).
 - Seeds: the accuracy of a config at a rung is the mean over its seeds that have a value. Its
   interval (:func:`seed_summary`): one seed -> the row's own binomial interval, unchanged; k >= 2
-  seeds -> mean +/- 1.96 * se with ``se^2 = max(s^2 / k, sum(se_i^2) / k^2)``, clipped to [0, 1],
+  seeds -> mean +/- 1.96 * se with ``se^2 = max(s^2 / k, mean(se_i^2))``, clipped to [0, 1],
   where s is the standard deviation across seeds and se_i = (hi_i - lo_i) / (2 * 1.96) is the
   binomial standard error of seed i. The seed spread already contains the evaluation noise, so
   the two are not added (that would count it twice); the binomial term is a floor, because a
   few seeds that happen to agree must not make the interval narrower than the evaluation alone
-  allows. This is a normal approximation: with 2-3 seeds it is optimistic, and the report says so.
+  allows. The floor is one evaluation's variance, not it over k: every seed is scored on the
+  same evaluation prompts, so the noise of which prompts were drawn is shared by the seeds and
+  does not average out (for greedy pass@1 it is all of the evaluation noise). This is a normal
+  approximation: with 2-3 seeds it is optimistic, and the report says so.
 - Ties: candidates whose mean accuracies differ by at most ``TIE_ATOL`` share first place. They
   are listed together, name-sorted and joined by "|" (``best`` = "a|b", ``tie`` = True), their
   interval is the envelope of theirs, ``n_seeds`` the smallest of theirs. Nothing is resolved
   silently.
 - Gaps: ``gap`` = winner's mean - runner-up's mean (fraction), ``gap_se`` = sqrt(se_w^2 + se_r^2)
   (independent runs), ``gap_z`` = gap / gap_se, ``overlap`` = the two 95% intervals overlap.
-- Decided: ``decided`` = True only when one winner leads the runner-up by ``gap_z >=``
-  :data:`DECIDED_Z`. A tie, a NaN ``gap_z`` (no standard error), a smaller z, and a lone
-  candidate (no runner-up to be compared against) are all ``decided`` = False, never NA: the
-  column is a plain boolean, and the report counts every such cell as undecided.
+- Decided: ``decided`` = True only when one winner leads *every* other candidate by a z of at
+  least :data:`DECIDED_Z` (``gap_z``, against the runner-up, is the one shown; a candidate with
+  a lower mean but a wide interval can be closer to the winner than the runner-up is). A tie,
+  a NaN z (no standard error), a smaller z, and a lone candidate (no runner-up to be compared
+  against) are all ``decided`` = False, never NA: the column is a plain boolean, and the
+  report counts every such cell as undecided.
 - Missing cells (:func:`missing_cells`): within a stage, every config seen there is expected at
   every seed and every budget seen there; an absent row or a NaN accuracy is listed, never dropped.
 """
@@ -204,7 +209,7 @@ def seed_summary(df: pd.DataFrame, target: str, by: list[str]) -> pd.DataFrame:
 
     k = out["n_seeds"].astype(float)
     seed_term = out["var_s"] / k
-    binom_term = (out["var_b_sum"] / k**2).where(out["n_var_b"] > 0)
+    binom_term = (out["var_b_sum"] / out["n_var_b"]).where(out["n_var_b"] > 0)
     var = np.fmax(seed_term, binom_term)  # fmax ignores a NaN side
     one = out["n_seeds"] == 1
     var = var.where(~one, out["var_b_sum"].where(out["n_var_b"] > 0))
@@ -279,7 +284,14 @@ def rank_candidates(cands: pd.DataFrame) -> dict[str, object]:
         "gap_z": gap / gap_se if gap_se > 0 else np.nan,
         "overlap": overlap,
     })
-    row["decided"] = is_decided(row["gap_z"], bool(row["tie"]))
+    # Against every other candidate, not only the runner-up (module docstring).
+    gaps = float(row["acc"]) - rest["acc"].to_numpy(dtype=float)
+    ses = np.hypot(float(first["se"].max()), rest["se"].to_numpy(dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zs = np.where(ses > 0, gaps / ses, np.nan)
+    weakest_z = float(np.min(zs))  # NaN when a candidate has no standard error: undecided
+    row["decided"] = (is_decided(row["gap_z"], bool(row["tie"]))
+                      and is_decided(weakest_z, bool(row["tie"])))
     return row
 
 
@@ -396,7 +408,8 @@ def missing_cells(df: pd.DataFrame, targets: list[str] | None = None,
 
     targets = targets_in(df, targets)
     top = df.groupby(CELL_KEYS)["budget"].transform("max")
-    not_run = (df["budget"] > 0) & (df["budget"] < top)
+    # A column, not a mask aligned by index: split_stages renumbers each stage's rows.
+    df = df.assign(_not_run=(df["budget"] > 0) & (df["budget"] < top))
     out = []
     for stage, g in split_stages(df).items():
         configs = g[CONFIG_KEYS].drop_duplicates().itertuples(index=False, name=None)
@@ -411,7 +424,7 @@ def missing_cells(df: pd.DataFrame, targets: list[str] | None = None,
         for t in targets:
             nan = g[g[f"acc_{t}"].isna()]
             if search_only_at_top and t in SEARCH_TARGETS:
-                nan = nan[~not_run.loc[nan.index]]
+                nan = nan[~nan["_not_run"]]
             for size, reward, alloc, seed, budget in nan[ROW_KEYS].itertuples(index=False,
                                                                                 name=None):
                 out.append((stage, size, reward, alloc, seed, budget, t, f"NaN acc_{t}"))

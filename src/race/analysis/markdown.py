@@ -92,9 +92,12 @@ def regime_cell_md(r: object) -> str:
 
 
 def decided_counts(table: pd.DataFrame) -> tuple[int, int]:
-    """(decided rows, all rows): every row counts, a tie, a lone candidate or no value as
-    undecided."""
-    return int(table["decided"].astype(bool).sum()), int(len(table))
+    """(decided rows, comparable rows). A row is comparable when it has a question to answer:
+    a trained rung (budget > 0: at the base rung every allocation is the same base policy)
+    with at least two candidates holding a value (a search target between the base and the
+    top rung has none). A comparable row that is tied or below the z line is undecided."""
+    comparable = (table["budget"] > 0) & (table["n_candidates"] >= 2)
+    return int((table["decided"].astype(bool) & comparable).sum()), int(comparable.sum())
 
 
 def decided_md(frontier: pd.DataFrame, regime: pd.DataFrame, targets: list[str]) -> str:
@@ -108,8 +111,9 @@ def decided_md(frontier: pd.DataFrame, regime: pd.DataFrame, targets: list[str])
             if f.empty and g.empty:
                 continue
             (fd, fn), (gd, gn) = decided_counts(f), decided_counts(g)
-            lines.append(f"- {reward} reward · {target(t)}: {fd} of {fn} frontier winners and "
-                         f"{gd} of {gn} regime cells decided (z ≥ {DECIDED_Z:g}).")
+            lines.append(f"- {reward} reward · {target(t)}: {fd} of {fn} comparable frontier "
+                         f"winners and {gd} of {gn} comparable regime cells decided "
+                         f"(z ≥ {DECIDED_Z:g}).")
     return "\n".join(lines) or "No runs."
 
 
@@ -143,14 +147,17 @@ def agreement_md(ag: Agreement | None, cost: PilotCost | None) -> str:
                  yes(r.top1_agree), r.pilot_pick if isinstance(r.pilot_pick, str) else "–",
                  r.validation_best if isinstance(r.validation_best, str) else "–",
                  pts(r.regret_points),
-                 r.full_best if isinstance(r.full_best, str) else "not run",
+                 r.full_best if isinstance(r.full_best, str) else (
+                     "–" if r.n_common == 0 else "not run"),
                  pts(r.regret_full_points)] for r in ag.table.itertuples(index=False)]
         out = (md_table(rows, header) + "\n\nρ and top-1 are over the configs run in both grids; "
                "regret = 100 × (validation best − validation accuracy of the pilot's pick); "
                "regret vs full = 100 × (full grid's best − full grid's accuracy of RACE's final "
                "choice, the validation best), at the validation budget "
                f"{flops(ag.table['validation_budget'].iloc[0]) if len(ag.table) else '–'} "
-               "FLOPs.")
+               "FLOPs. A row over 0 configs has no pilot ranking to score: the pilot measured "
+               "no value for that target (a search target runs only at the base and top "
+               "rungs).")
     if cost is not None and not math.isnan(cost.full_grid_flops):
         est = (" (an estimate: the full grid was not run, so it is n_configs × validation "
                f"seeds × validation budget = {cost.n_configs} × {cost.n_validation_seeds} × "

@@ -15,7 +15,11 @@ A diagnostic, not a guarantee (docs/design.md, "RACE pilot protocol"). Conventio
   agreement (the pilot's best among the validated configs is the validation's best; a tie for
   the validation best counts as agreement if the pilot's pick is among the tied);
   regret in accuracy points = 100 x (validation best accuracy - validation accuracy of the
-  pilot's pick). With full-grid rows: ``regret_full_points`` = 100 x (full grid's best - full
+  pilot's pick). A config without a pilot value is not scored (a search target evaluated only
+  at the top rung has none at the pilot rungs: its row has n_common = 0). Configs the pilot
+  cannot tell apart (equal at its top rung and in its mean over rungs) share their pilot rank;
+  the pick is then all of them (agreement if any is a validation best; its accuracy their
+  mean). With full-grid rows: ``regret_full_points`` = 100 x (full grid's best - full
   grid's accuracy of RACE's final choice, the validation best), and ``regret_full_pilot_points``
   the same for the pilot's pick, both at the validation budget.
 - Cost (:func:`pilot_cost`), model FLOPs: pilot = sum over pilot cells of ``flops_total`` at the
@@ -245,6 +249,15 @@ def _best(acc: pd.Series, labels: pd.Series) -> tuple[str, float]:
     return "|".join(sorted(labels[acc >= top - TIE_ATOL])), top
 
 
+def _pilot_ranks(common: pd.DataFrame) -> np.ndarray:
+    """Pilot ranks of ``common`` (in pilot rank order) with the pilot's ties averaged: configs
+    equal at the top pilot rung and in the mean over pilot rungs (:func:`rank_pilot`'s keys
+    before the name) share one rank, as the validation side's ties do."""
+    keys = pd.DataFrame({"top": common["acc_top"].round(12), "mean": common["acc_mean"].round(12)})
+    position = pd.Series(np.arange(1, len(common) + 1, dtype=float))
+    return position.groupby([keys["top"], keys["mean"]], dropna=False).transform("mean").to_numpy()
+
+
 def _at_budget(df: pd.DataFrame, target: str, budget: float) -> pd.DataFrame:
     rows = df[df["budget"] == budget]
     return seed_summary(rows, target, ["reward", "size", "alloc"]) if len(rows) else \
@@ -268,6 +281,9 @@ def agreement(pilot_df: pd.DataFrame, validation_df: pd.DataFrame,
         full = _at_budget(full_df, t, v_budget) if full_df is not None else None
         for reward in sorted(set(ranks["reward"])):
             p = ranks[(ranks["reward"] == reward) & (ranks["target"] == t)]
+            # A config the pilot has no value for was not ranked by the pilot (a search
+            # target run only at the top rung has none at the pilot rungs): not scored.
+            p = p[p["acc_top"].notna()]
             v = val[(val["reward"] == reward) & val["acc"].notna()]
             common = p.merge(v[["size", "alloc", "acc", "n_seeds"]], on=["size", "alloc"])
             common = common.sort_values("rank", kind="mergesort").reset_index(drop=True)
@@ -277,17 +293,21 @@ def agreement(pilot_df: pd.DataFrame, validation_df: pd.DataFrame,
                                       "validation_budget": v_budget}
             if len(common):
                 # Ranks among the validated configs only: both rankings over the same set.
-                p_rank = np.arange(1, len(common) + 1, dtype=float)
+                p_rank = _pilot_ranks(common)
                 v_rank = rankdata(-common["acc"].to_numpy(), method="average")
                 rho = math.nan
-                if len(common) >= 2 and np.ptp(v_rank) > 0:
+                if len(common) >= 2 and np.ptp(v_rank) > 0 and np.ptp(p_rank) > 0:
                     rho = float(spearmanr(p_rank, v_rank).statistic)
-                pick = str(label.iloc[0])
+                # The pilot's pick: every config tied at its first place (a tie the pilot
+                # cannot break is not broken by name here); its accuracy is their mean, the
+                # expected outcome of picking one of them at random.
+                picked = p_rank == p_rank.min()
+                pick = "|".join(label[picked])
                 v_best, v_best_acc = _best(common["acc"], label)
-                pick_acc = float(common["acc"].iloc[0])
+                pick_acc = float(common["acc"][picked].mean())
                 row.update({
                     "spearman_rho": rho,
-                    "top1_agree": pick in v_best.split("|"),
+                    "top1_agree": bool(set(label[picked]) & set(v_best.split("|"))),
                     "pilot_pick": pick,
                     "validation_best": v_best,
                     "validation_best_acc": v_best_acc,
@@ -300,11 +320,11 @@ def agreement(pilot_df: pd.DataFrame, validation_df: pd.DataFrame,
                     f_best, f_best_acc = _best(f["acc"], f_label)
                     f_acc = dict(zip(f_label, f["acc"], strict=True))
                     final = v_best.split("|")[0]
+                    pick_full = np.mean([f_acc.get(x, math.nan) for x in label[picked]])
                     row.update({
                         "full_best": f_best, "full_best_acc": f_best_acc,
                         "regret_full_points": 100.0 * (f_best_acc - f_acc.get(final, math.nan)),
-                        "regret_full_pilot_points":
-                            100.0 * (f_best_acc - f_acc.get(pick, math.nan)),
+                        "regret_full_pilot_points": 100.0 * (f_best_acc - pick_full),
                     })
                 for i, c in common.iterrows():
                     rank_rows.append({

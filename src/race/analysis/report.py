@@ -359,15 +359,19 @@ def render(rep: Report) -> str:
             "Per reward × target × budget rung, the (size, allocation) with the highest mean "
             "accuracy over seeds, pooled over the pilot, validation and full grids (a run "
             "present in two grids counts once). One seed: the evaluation's own 95% interval; "
-            "several: mean ± 1.96·se with se² = max(seed variance / k, mean binomial variance / "
-            "k). The gap is to the runner-up, in accuracy points; z = gap / its standard error. "
+            "several: mean ± 1.96·se with se² = max(seed variance / k, mean binomial variance) "
+            "(the seeds share the evaluation prompts, so the evaluation's variance is a floor "
+            "that does not shrink with k). The gap is to the runner-up, in accuracy points; "
+            "z = gap / its standard error. "
             "Ties are listed as a|b, never broken. Full table: `frontier.csv`.", "",
             frontier_md(rep.frontier) if len(rep.frontier) else "No runs.", ""]
     out += ["## Decided winners", "",
-            f"A winner is decided when it leads the runner-up by z ≥ {DECIDED_Z:g} standard "
-            "errors of the gap (the two-sided 95% level of every interval here). A tie, a "
-            "smaller z, a missing z and a lone candidate (nothing to compare it with) count as "
-            "undecided: read those as no answer, not as a win.", "",
+            f"A winner is decided when it leads every other candidate by z ≥ {DECIDED_Z:g} "
+            "standard errors of the gap (the two-sided 95% level of every interval here; the "
+            "z shown is the runner-up's). A tie, a smaller z, a missing z and a lone candidate "
+            "(nothing to compare it with) count as undecided: read those as no answer, not as "
+            "a win. Counted over the comparable rows: trained rungs (at the base rung every "
+            "allocation is the same policy) with at least two candidates holding a value.", "",
             decided_md(rep.frontier, rep.regime, rep.targets), ""]
     out += ["## Regime: the winning allocation per size", "",
             "Per reward × target: the allocation with the highest mean accuracy at each policy "
@@ -423,8 +427,8 @@ def render(rep: Report) -> str:
             f"points; of the frontier winners' intervals: {pts(100 * win_width)} points. "
             f"{n_overlap} of {len(rep.frontier)} frontier winners overlap their runner-up's "
             f"interval, and {n_tie} are exact ties: read those as undecided. Decided "
-            f"(z ≥ {DECIDED_Z:g}): {f_dec} of {f_all} frontier winners, {r_dec} of {r_all} "
-            "regime cells.",
+            f"(z ≥ {DECIDED_Z:g}): {f_dec} of {f_all} comparable frontier winners, {r_dec} of "
+            f"{r_all} comparable regime cells.",
             "- Fits extrapolate a four-parameter curve from a handful of rungs; trust the "
             "held-out error, not the asymptote, when they disagree.",
             "- FLOPs are analytic model FLOPs (see conventions); wall time and executed FLOPs "
