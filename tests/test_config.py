@@ -90,9 +90,18 @@ def _task(**keys):
                       c.setdefault("teacher", {}).update(noisy=keys.get("kind") is None))
 
 
+def _prm_bon_without_a_prm(config: dict) -> None:
+    config["prm"]["sizes"] = []
+    config["eval"]["prm"] = None
+    del config["rewards"]["rule+prm"]
+    config["race"]["targets"] = ["prm_bon"]
+
+
 @pytest.mark.parametrize("edit, message", [
-    (_task(min_steps=4, max_steps=2), "task.min_steps: 4 is above task.max_steps (2)"),
-    (_task(ood_min_steps=6, ood_max_steps=4), "task.ood_min_steps: 6 is above"),
+    (_task(min_steps=4, max_steps=2), "task.min_steps must be >= 1 and <= task.max_steps"),
+    (_task(ood_min_steps=6, ood_max_steps=4), "task.ood_max_steps must be >= task.ood_min"),
+    (_task(max_steps=4, ood_min_steps=4), "task.ood_min_steps must exceed task.max_steps"),
+    (_task(max_operand=20, max_value=10), "task.max_operand must be >= 1 and <= task.max_va"),
     (_task(kind="hf"), "task.hf_id: required when task.kind is hf"),
     (_task(kind="jsonl"), "task.train_jsonl: required when task.kind is jsonl"),
     (_reward({"type": "rule", "wieght": 0.3}), "'wieght' was unexpected"),
@@ -105,8 +114,15 @@ def _task(**keys):
     (_reward({"type": "prm", "prm": "giant"}), "rewards.extra.prm: 'giant' is not one of "
                                                "prm.sizes ['nano'], an existing folder"),
     (_reward({"type": "prm", "prm": "nano", "dtype": "float8"}), "'float8' is not one of"),
+    (_reward({"type": "prm", "prm": "nano", "device": "gpu"}), "'gpu' does not match"),
+    (lambda c: c["training"].update(lora_targets=[]), "training.lora_targets: LoRA needs"),
+    (lambda c: c["training"].update(lora_targets=["q_proj", "q_proj"]),
+     "training.lora_targets[1]: duplicate entry 'q_proj'"),
+    (lambda c: c["eval"].update(targets=["maj_k", "prm_bon"], search_at="base_and_top")
+     or c["race"].pop("targets", None), "race.targets: the pilot has no target to rank"),
+    (_prm_bon_without_a_prm, "race.targets[0]: prm_bon needs a PRM"),
 ])
-def test_bad_task_and_reward_entries_name_their_key(tmp_path, edit, message):
+def test_bad_entries_name_their_key(tmp_path, edit, message):
     with pytest.raises(ConfigError) as error:
         load_config(_smoke_with(tmp_path, edit))
     assert message in str(error.value)
@@ -125,3 +141,20 @@ def test_reward_entries_take_the_feedback_model_options(tmp_path):
     config = load_config(_smoke_with(tmp_path, _reward({"type": "prm", "prm": "nano",
                                                          **options})))
     assert {k: config["rewards"]["extra"][k] for k in options} == options
+
+
+def test_the_pilot_ranks_only_targets_the_pilot_rungs_measure(tmp_path):
+    """Without race.targets the pilot ranks every evaluated target that has a value at its
+    rungs: not a search target run only at the top rung, not prm_bon without a PRM."""
+    from race.study.specs import race_targets
+
+    def edit(config):
+        config["race"].pop("targets")
+        config["eval"]["search_at"] = "base_and_top"
+
+    config = load_config(_smoke_with(tmp_path, edit))
+    assert race_targets(config) == ["in_pass1", "sampled_pass1", "ood_pass1", "native_reward"]
+    config["eval"]["search_at"] = "every_rung"
+    assert "prm_bon" in race_targets(config)
+    config["eval"]["prm"], config["prm"]["sizes"] = None, []
+    assert "prm_bon" not in race_targets(config) and "maj_k" in race_targets(config)

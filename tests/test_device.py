@@ -73,6 +73,12 @@ def test_the_device_is_not_part_of_the_trajectory():
     job = jobs.TrainJob(base="no/base", train_data="no/data.jsonl", run_dir="r", rungs=[1.0])
     assert job_fingerprint(job) == job_fingerprint(replace(job, device="cuda"))
     assert job_fingerprint(job) != job_fingerprint(replace(job, dtype="bfloat16"))
+    # Nor where the reward's feedback model computes, or its scoring batch; its dtype is.
+    prm = replace(job, reward={"type": "prm", "prm": "nano"})
+    assert job_fingerprint(prm) == job_fingerprint(
+        replace(prm, reward={**prm.reward, "device": "cpu", "batch_size": 8}))
+    assert job_fingerprint(prm) != job_fingerprint(
+        replace(prm, reward={**prm.reward, "dtype": "bfloat16"}))
 
 
 def test_trl_config_follows_the_resolved_device():

@@ -90,9 +90,20 @@ def test_slurm_profile_parses(tmp_path):
 
 
 def test_jobs_call_the_cli_through_the_deployment_python(tmp_path):
-    """Plain: this interpreter by path. Under --sdm conda: the env's own python, importing the
-    package from the checkout's src/ (envs/race.yaml holds the stack, not the package)."""
-    assert invocation(False, "/repo") == f"{sys.executable} -m race.cli"
+    """Plain: this interpreter by path, under one name whichever of its aliases runs the
+    scheduler (a changed command would rerun every job). Under --sdm conda: the env's own
+    python, importing the package from the checkout's src/ (envs/race.yaml holds the stack,
+    not the package)."""
+    plain = invocation(False, "/repo")
+    python = plain.removesuffix(" -m race.cli")
+    assert os.path.realpath(python) == os.path.realpath(sys.executable)
+    aliases = {p for p in Path(sys.prefix, "bin").glob("python*") if os.path.realpath(p) == (
+        os.path.realpath(sys.executable))}
+    assert len(aliases) >= 2  # a venv has python and python3
+    code = "from race.cli import invocation; print(invocation(False, '/repo'))"
+    for alias in aliases:
+        out = subprocess.run([str(alias), "-c", code], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == plain, alias
     assert invocation(True, "/a b/repo") == "PYTHONPATH='/a b/repo/src' python -m race.cli"
     # The conda form is a working shell command when the env's python is first on PATH (here
     # a wrapper around this interpreter stands in for it).

@@ -99,7 +99,7 @@ BASE_INPUT = (
     else base_input if LADDER else []
 )
 REWARD_INPUT = reward_inputs if any(reward_prm(r) for r in STUDY["rewards"]) else []
-EVAL_PRM = J.eval_prm(STUDY)
+EVAL_PRM = specs.eval_prm(STUDY)
 EVAL_PRM_INPUT = [in_results(f"prm/size~{EVAL_PRM}/prm.json")] if EVAL_PRM in PRMS else []
 # What a base policy's evaluation waits for: the PRM of the reward its native_reward uses.
 BASE_REWARD_INPUT = reward_prm(J.base_reward(STUDY))

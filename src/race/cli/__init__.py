@@ -59,7 +59,19 @@ def invocation(conda: bool, checkout: str) -> str:
     """
     if conda:
         return f"PYTHONPATH={shlex.quote(os.path.join(checkout, 'src'))} python -m race.cli"
-    return f"{shlex.quote(sys.executable)} -m race.cli"
+    return f"{shlex.quote(interpreter())} -m race.cli"
+
+
+def interpreter() -> str:
+    """This environment's interpreter under one name, whichever alias started the scheduler
+    (``.venv/bin/python``, ``python3`` and ``python3.11`` are one interpreter): the job's
+    command is a Snakemake param, and a changed param reruns the job, so ``snakemake`` (whose
+    script runs ``python3``) and ``python -m snakemake`` must not see two commands."""
+    for name in ("python3", "python"):
+        alias = os.path.join(sys.prefix, "bin", name)
+        if os.path.exists(alias) and os.path.realpath(alias) == os.path.realpath(sys.executable):
+            return alias
+    return sys.executable
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

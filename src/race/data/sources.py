@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 
 
@@ -18,8 +17,7 @@ def write_task_data(task: dict, out: str) -> dict:
 
     kind = task.get("kind", "arithmetic")
     if kind == "arithmetic":
-        names = {f.name for f in fields(TaskSpec)}
-        return write_splits(TaskSpec(**{k: v for k, v in task.items() if k in names}), out)
+        return write_splits(TaskSpec.from_config(task), out)
     paths = {}
     for split in ("train", "eval_in", "eval_ood"):
         if kind == "jsonl":

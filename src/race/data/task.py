@@ -39,7 +39,7 @@ import json
 import random
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from race.atomic import write_json_atomic
@@ -76,6 +76,13 @@ class TaskSpec:
             raise ValueError("task.ood_max_steps must be >= task.ood_min_steps")
         if self.max_operand < 1 or self.max_value < self.max_operand:
             raise ValueError("task.max_operand must be >= 1 and <= task.max_value")
+
+    @classmethod
+    def from_config(cls, task: dict) -> TaskSpec:
+        """From the ``task:`` section (its source keys -- kind, file paths, hub ids -- are
+        not the shape of the arithmetic task and are left out); ValueError names a bad key."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in task.items() if k in names})
 
 
 @dataclass(frozen=True)

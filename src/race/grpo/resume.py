@@ -31,6 +31,9 @@ ADAPTER_FILE = "adapter_model.safetensors"
 #: where it computes: a run resumed on another device goes on, its numbers differing by rounding)
 NOT_TRAJECTORY = ("run_dir", "results_dir", "run_key", "study", "mlflow", "tags", "rungs",
                   "save_every", "device")
+#: Keys of the job's reward entry that do not change the trajectory either: where its feedback
+#: model computes and how many completions one scoring forward takes (rounding at most).
+REWARD_NOT_TRAJECTORY = ("device", "batch_size")
 
 
 def rung_complete(run_dir: str | Path, budget: float) -> bool:
@@ -57,6 +60,8 @@ def job_fingerprint(job: TrainJob) -> str:
     :data:`NOT_TRAJECTORY`) and the stamps of its local inputs (base policy, training data,
     the trained PRM of its reward). Reused state must carry the same digest."""
     fields = {k: v for k, v in json.loads(to_json(job)).items() if k not in NOT_TRAJECTORY}
+    fields["reward"] = {k: v for k, v in fields["reward"].items()
+                        if k not in REWARD_NOT_TRAJECTORY}
     inputs = [Path(job.base), Path(job.train_data)]
     prm = job.reward.get("prm") or job.reward.get("orm")
     if prm is not None:

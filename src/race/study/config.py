@@ -21,11 +21,19 @@ from pathlib import Path
 
 import yaml
 
+from race.data.task import TaskSpec
 from race.data.teacher import TeacherSpec
 from race.policy.ladder import LADDER_DIALS
 from race.study.cells import ConfigError, cell_key, is_hub_id, is_ladder
 from race.study.schema import SCHEMA, schema
-from race.study.specs import SEARCH_TARGETS, TARGETS, allocation, eval_targets
+from race.study.specs import (
+    SEARCH_TARGETS,
+    TARGETS,
+    allocation,
+    eval_prm,
+    eval_targets,
+    race_targets,
+)
 
 # --------------------------------------------------------------------------- loading
 
@@ -287,10 +295,13 @@ def _check_reward(name: str, reward: dict, prm_sizes: list) -> None:
 
 
 def _check_task(task: dict) -> None:
-    """The task's step ranges are ordered and its kind has the keys it reads."""
-    for low, high in (("min_steps", "max_steps"), ("ood_min_steps", "ood_max_steps")):
-        if task[low] > task[high]:
-            raise ConfigError(f"task.{low}: {task[low]} is above task.{high} ({task[high]})")
+    """The arithmetic task's shape is consistent (race.data.task.TaskSpec: step ranges,
+    operands); another kind has the keys it reads."""
+    if task["kind"] == "arithmetic":
+        try:
+            TaskSpec.from_config(task)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     needs = {"jsonl": ("train_jsonl", "eval_in_jsonl", "eval_ood_jsonl"), "hf": ("hf_id",)}
     for key in needs.get(task["kind"], ()):
         if not task.get(key):
@@ -321,6 +332,9 @@ def check_config(config: dict) -> dict:
         allocation(config, name)
     from race.flops.analytic import ALL_PROJECTIONS
 
+    if not config["training"]["lora_targets"]:
+        raise ConfigError("training.lora_targets: LoRA needs at least one module")
+    _unique(config["training"]["lora_targets"], "training.lora_targets")
     for target in config["training"]["lora_targets"]:
         if target not in ALL_PROJECTIONS:
             raise ConfigError(f"training.lora_targets: unknown module {target!r} "
@@ -368,6 +382,13 @@ def check_config(config: dict) -> dict:
         if target not in evaluated:
             raise ConfigError(f"race.targets[{i}]: {target!r} is not evaluated (eval.targets: "
                               f"{', '.join(evaluated)})")
+        if target == "prm_bon" and eval_prm(config) is None:
+            raise ConfigError(f"race.targets[{i}]: prm_bon needs a PRM to rerank with "
+                              "(eval.prm or prm.sizes), and the study has none")
+    if race.get("enabled", True) and not race_targets(config):
+        raise ConfigError("race.targets: the pilot has no target to rank: every evaluated "
+                          f"target ({', '.join(evaluated) or 'none'}) has no value at the pilot "
+                          "rungs; name one in race.targets or add one to eval.targets")
     _unique(race["validation_seeds"], "race.validation_seeds")
     smallest_step_check(config)
     from race.study.inputs import InputError, check_inputs

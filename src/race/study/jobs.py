@@ -41,6 +41,7 @@ from race.study.specs import (
     PretrainSpec,
     PRMSpec,
     allocation,
+    eval_prm,
     mlflow_live,
     mlflow_spec,
     reward_spec,
@@ -181,13 +182,6 @@ def train_job(config: dict, cell: C.Cell) -> TrainJob:
         tags={"size": cell.size, "reward": cell.reward, "alloc": cell.alloc,
               "seed": str(cell.seed)},
     )
-
-
-def eval_prm(config: dict) -> str | None:
-    """The PRM that reranks best-of-n samples: ``eval.prm``, else the last of ``prm.sizes``
-    (the strong one, when they are listed weakest first as the default config does)."""
-    sizes = config["prm"]["sizes"]
-    return config["eval"].get("prm") or (sizes[-1] if sizes else None)
 
 
 def _eval_job(config: dict, policy: str, snapshots: list[Snapshot], reward: str,

@@ -189,13 +189,23 @@ def eval_targets(config: dict) -> list[str]:
     return list(config["eval"].get("targets") or TARGETS)
 
 
+def eval_prm(config: dict) -> str | None:
+    """The PRM that reranks best-of-n samples: ``eval.prm``, else the last of ``prm.sizes``
+    (the strong one, when they are listed weakest first as the default config does); None
+    when there is none (``prm_bon`` is then skipped, with the reason recorded)."""
+    sizes = config["prm"]["sizes"]
+    return config["eval"].get("prm") or (sizes[-1] if sizes else None)
+
+
 def race_targets(config: dict) -> list[str]:
-    """Targets the RACE pilot ranks: ``race.targets``, else every evaluated target (without
-    the search targets when they run only at the top rung: the pilot rungs have none)."""
+    """Targets the RACE pilot ranks: ``race.targets``, else every evaluated target the pilot
+    rungs have a value for (not the search targets when they run only at the top rung, not
+    ``prm_bon`` without a PRM)."""
     if config["race"].get("targets"):
         return list(config["race"]["targets"])
-    return [t for t in eval_targets(config) if not search_only_at_top(config)
-            or t not in SEARCH_TARGETS]
+    return [t for t in eval_targets(config)
+            if not (search_only_at_top(config) and t in SEARCH_TARGETS)
+            and not (t == "prm_bon" and eval_prm(config) is None)]
 
 
 def search_only_at_top(config: dict) -> bool:
