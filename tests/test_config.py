@@ -158,3 +158,24 @@ def test_the_pilot_ranks_only_targets_the_pilot_rungs_measure(tmp_path):
     assert "prm_bon" in race_targets(config)
     config["eval"]["prm"], config["prm"]["sizes"] = None, []
     assert "prm_bon" not in race_targets(config) and "maj_k" in race_targets(config)
+
+
+def test_a_size_path_the_workflow_cannot_name_is_refused(tmp_path):
+    """A space in a local model path would fail in the DAG (the size wildcard refuses it)
+    with an error naming no key; the check names it."""
+    folder = tmp_path / "my model"
+    folder.mkdir()
+    path = _smoke_with(tmp_path, lambda c: c["sizes"].append(str(folder)))
+    with pytest.raises(ConfigError, match=r"sizes\[2\]: .* names a path the workflow cannot"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("verb, out", [("data", "data"), ("aggregate", "runs.csv")])
+def test_a_bad_config_is_a_message_not_a_traceback(tmp_path, capsys, verb, out):
+    from race.cli import main
+
+    path = _smoke_with(tmp_path, lambda c: c.setdefault("task", {}).update(min_steps=9))
+    assert main([verb, "--config", str(path), "--out", str(tmp_path / out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"race {verb}: task.min_steps must be") and "Traceback" not in err
+    assert not (tmp_path / "results").exists() and not (tmp_path / out).exists()

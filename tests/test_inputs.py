@@ -83,3 +83,29 @@ def test_check_config_reports_the_bad_input(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert f"task.train_jsonl: {tmp_path / 'train.jsonl'}: no records" in proc.stderr
+
+
+def test_a_jsonl_task_must_give_the_ladder_solutions_and_prms_steps(tmp_path):
+    """The ladder's base policies are fine-tuned on the training records' solutions, and a
+    ladder PRM learns step labels of the arithmetic task: a jsonl task without solutions, or
+    with a ladder PRM, fails at check time instead of in the pretrain or prm job."""
+    task = jsonl_task(tmp_path, json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
+    with pytest.raises(ConfigError, match=r"task.train_jsonl: .* 1 record\(s\) without a "
+                                          r"solution \(first: record 1\)"):
+        load_config(smoke(tmp_path, task=task, teacher={"noisy": False}))
+    (tmp_path / "train.jsonl").write_text(json.dumps(
+        {"prompt": "1+1=", "answer": "2", "solution": "1+1=2\n#### 2"}) + "\n")
+    with pytest.raises(ConfigError, match=r"prm.sizes\[0\]: a ladder PRM learns automatic "
+                                          r"step labels of the arithmetic task"):
+        load_config(smoke(tmp_path, task=task, teacher={"noisy": False}))
+
+
+def test_a_ladder_prm_needs_what_it_is_built_from(tmp_path):
+    raw = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    with pytest.raises(ConfigError, match=r"prm.init: base starts PRM 'mini' from the base "
+                                          r"policy of its size"):
+        load_config(smoke(tmp_path, prm={**raw["prm"], "sizes": ["mini"], "init": "base"},
+                          rewards={"rule": {"type": "rule"}}, eval={**raw["eval"], "prm": None}))
+    with pytest.raises(ConfigError, match=r"prm.sizes\[0\]: a ladder PRM is trained on "
+                                          r"completions of the ladder's base policies"):
+        load_config(smoke(tmp_path, sizes=["org/policy"]))  # a hub id: not pretrained here

@@ -136,6 +136,11 @@ def test_study_stage_totals(capsys):
     out = capsys.readouterr().out
     assert "  pilot              3.2e+10" in out and "  full grid          1.28e+11" in out
     assert "  nested rungs save  9.6e+10" in out
+    # Without race.targets the pilot ranks every target its rungs measure (the smoke study
+    # evaluates search targets at every rung: all six); top-1 of each + 2 baselines, capped
+    # at the 2 x 2 configs of a reward.
+    del config["race"]["targets"]
+    assert study_plan(config)["validation_runs_at_most"] == 2 * min(6 + 2, 4) * 1
 
 
 def test_one_vocabulary_default(capsys):

@@ -222,3 +222,23 @@ def test_gsm8k_mapping_code_path(tmp_path):
     records = load_hf_split("json", "train", mapper=gsm8k_record, data_files=str(data))
     assert records[0].answer == "5" and records[0].prompt.endswith("?\n")
     assert verify_math("3+2=5\n#### 5", records[0].answer)
+
+
+def test_the_ood_dataset_takes_its_own_config_name(tmp_path, monkeypatch):
+    """task.hf_config names hf_id's config; an OOD dataset of its own (hf_ood_id) takes
+    hf_ood_config, not the in-distribution one."""
+    import race.data.task as task_mod
+    from race.data.sources import write_task_data
+    from race.data.task import Record
+
+    calls = []
+
+    def fake_split(dataset, split, name=None, **kw):
+        calls.append((dataset, split, name))
+        return [Record("1+1=?\n", "2", "1+1=2\n#### 2", {})]
+
+    monkeypatch.setattr(task_mod, "load_hf_split", fake_split)
+    write_task_data({"kind": "hf", "hf_id": "openai/gsm8k", "hf_config": "main",
+                     "hf_ood_id": "org/math", "hf_ood_config": "algebra"}, str(tmp_path))
+    assert calls == [("openai/gsm8k", "train", "main"), ("openai/gsm8k", "test", "main"),
+                     ("org/math", "test", "algebra")]

@@ -41,11 +41,7 @@ PRMS = [p for p in STUDY["prm"]["sizes"] if C.is_ladder(p)]
 
 
 wildcard_constraints:
-    size=r"[A-Za-z0-9_.+-]+",
-    reward=r"[A-Za-z0-9_.+-]+",
-    alloc=r"[A-Za-z0-9_.-]+",
-    seed=r"\d+",
-    budget=r"[0-9.e+-]+",
+    **C.WILDCARDS,
 
 
 def larger_first(size):

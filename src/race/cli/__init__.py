@@ -100,5 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         # steps 5-30x slower (docs/design.md). Model verbs then apply their job's threads.
         torch.set_num_threads(1)
     args = build_parser(verb).parse_args(argv)
-    return int(args.func(args) or 0)
+    from race.study.cells import ConfigError
+
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:  # a bad config, cell or job: the message names the key
+        print(f"race {args.command}: {exc}", file=sys.stderr)
+        return 2
 

@@ -2,8 +2,8 @@
 (see race.evaluation.evaluate).
 
     race evaluate --job JSON
-    race evaluate --config config.yaml --cell size~nano/reward~rule/alloc~g8/seed~0 \
-                  [--budget 1.2e10]
+    race evaluate --config config.yaml --cell size~nano/reward~rule/alloc~g8/seed~0
+    race evaluate --config config.yaml --cell size~nano/reward~rule/alloc~g8/seed~0 --budget 1.2e10
     race evaluate --config config.yaml --cell size~nano          (the base policy)
 """
 

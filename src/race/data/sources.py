@@ -26,10 +26,11 @@ def write_task_data(task: dict, out: str) -> dict:
                 raise ValueError(f"task.{split}_jsonl: required when task.kind is jsonl")
             records = load_jsonl(path)
         else:
-            dataset = task["hf_ood_id"] if split == "eval_ood" and task.get("hf_ood_id") else (
-                task["hf_id"])
-            records = load_hf_split(dataset, "train" if split == "train" else "test",
-                                    task.get("hf_config"))
+            # The OOD target may be another dataset, with its own config name (or none).
+            other = split == "eval_ood" and task.get("hf_ood_id")
+            dataset, name = ((task["hf_ood_id"], task.get("hf_ood_config")) if other
+                             else (task["hf_id"], task.get("hf_config")))
+            records = load_hf_split(dataset, "train" if split == "train" else "test", name)
         paths[split] = Path(out) / f"{split}.jsonl"
         write_jsonl(paths[split], ({"prompt": r.prompt, "answer": r.answer,
                                     "solution": r.solution, **r.meta} for r in records))

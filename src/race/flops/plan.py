@@ -154,12 +154,13 @@ def study_plan(config: dict) -> dict:
       ``full_grid``.
     """
     from race.study import cells as C
+    from race.study.specs import race_targets
 
     cells = C.grid_cells(config)
     budgets = [float(b) for b in config["budgets"]]
     race = config["race"]
     first = sum(c.seed == config["seeds"][0] for c in cells) if race["enabled"] else 0
-    per_reward = min(race["top_k"] * max(1, len(race.get("targets") or [None]))
+    per_reward = min(race["top_k"] * max(1, len(race_targets(config)))
                      + len(config["sizes"]), len(config["sizes"]) * len(config["allocations"]))
     extra = [s for s in race["validation_seeds"] if s not in config["seeds"]]
     runs = len(config["rewards"]) * per_reward * len(extra) if race["enabled"] else 0

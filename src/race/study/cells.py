@@ -29,6 +29,16 @@ class ConfigError(ValueError):
     """An invalid study config or cell; the message names the key."""
 
 
+#: What each cell-key field may hold: the workflow's wildcard constraints, and what the config
+#: check accepts for a size's or PRM's slug, a reward name and an allocation name.
+WILDCARDS = {"size": r"[A-Za-z0-9_.+-]+", "reward": r"[A-Za-z0-9_.+-]+",
+             "alloc": r"[A-Za-z0-9_.-]+", "seed": r"\d+", "budget": r"[0-9.e+-]+"}
+
+
+def fits_wildcard(field: str, value: str) -> bool:
+    return re.fullmatch(WILDCARDS[field], value) is not None
+
+
 def slug(spec: str) -> str:
     """A size / PRM spec as one path component: ``Qwen/Qwen2.5-0.5B`` -> ``Qwen--Qwen2.5-0.5B``."""
     return spec.replace("/", "--")

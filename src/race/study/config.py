@@ -24,7 +24,14 @@ import yaml
 from race.data.task import TaskSpec
 from race.data.teacher import TeacherSpec
 from race.policy.ladder import LADDER_DIALS
-from race.study.cells import ConfigError, cell_key, is_hub_id, is_ladder
+from race.study.cells import (
+    ConfigError,
+    cell_key,
+    fits_wildcard,
+    is_hub_id,
+    is_ladder,
+    slug,
+)
 from race.study.schema import SCHEMA, schema
 from race.study.specs import (
     SEARCH_TARGETS,
@@ -272,7 +279,7 @@ REWARD_MODEL_KEY = {"rule": None, "prm": "prm", "rule+prm": "prm", "orm": "orm"}
 def _check_reward(name: str, reward: dict, prm_sizes: list) -> None:
     """A ``rewards:`` entry names the model its type reads, and only that one: a ``prm`` key on
     a rule or orm reward would be ignored by the reward yet charged by the budget check."""
-    if not re.match(r"^[A-Za-z0-9_.+-]+$", name):
+    if not fits_wildcard("reward", name):
         raise ConfigError(f"rewards.{name}: names may use letters, digits and _ . + -")
     kind = reward["type"]
     wanted = REWARD_MODEL_KEY[kind]
@@ -308,6 +315,27 @@ def _check_task(task: dict) -> None:
             raise ConfigError(f"task.{key}: required when task.kind is {task['kind']}")
 
 
+def _check_ladder_prms(config: dict) -> None:
+    """A PRM trained here (a ladder name in ``prm.sizes``) learns automatic step labels of the
+    arithmetic task on completions the ladder's base policies sample, and ``prm.init: base``
+    starts it from the base policy of its own size: each needs what it is built from."""
+    ladder = [s for s in config["sizes"] if is_ladder(s)]
+    kind = config["task"]["kind"]
+    for i, size in enumerate(config["prm"]["sizes"]):
+        if not is_ladder(size):
+            continue
+        if kind != "arithmetic":
+            raise ConfigError(f"prm.sizes[{i}]: a ladder PRM learns automatic step labels of "
+                              f"the arithmetic task, and task.kind {kind!r} has no steps to "
+                              "label; name a trained PRM by path or hub id")
+        if not ladder:
+            raise ConfigError(f"prm.sizes[{i}]: a ladder PRM is trained on completions of the "
+                              "ladder's base policies, and sizes names none")
+        if config["prm"]["init"] == "base" and size not in ladder:
+            raise ConfigError(f"prm.init: base starts PRM {size!r} from the base policy of its "
+                              f"size, which sizes does not train; use init: auto or random")
+
+
 def check_config(config: dict) -> dict:
     """Cross-field checks the schema cannot express; returns the config unchanged."""
     _check_task(config["task"])
@@ -321,10 +349,16 @@ def check_config(config: dict) -> dict:
     for i, size in enumerate(prm_sizes):
         if not is_model_spec(size):
             raise ConfigError(f"prm.sizes[{i}]: unknown PRM size {size!r}")
+    for key, specs in (("sizes", config["sizes"]), ("prm.sizes", prm_sizes)):
+        for i, spec in enumerate(specs):
+            if not fits_wildcard("size", slug(spec)):
+                raise ConfigError(f"{key}[{i}]: {spec!r} names a path the workflow cannot "
+                                  "put in a file name: use letters, digits, / and _ . + - "
+                                  "(a symlink to it will do)")
     for name, reward in config["rewards"].items():
         _check_reward(name, reward, prm_sizes)
     for name, entry in config["allocations"].items():
-        if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+        if not fits_wildcard("alloc", name):
             raise ConfigError(f"allocations.{name}: names may use letters, digits and _ . -")
         if entry.get("num_generations", 8) < 2:
             raise ConfigError(f"allocations.{name}.num_generations: must be >= 2 (GRPO "
@@ -397,4 +431,5 @@ def check_config(config: dict) -> dict:
         check_inputs(config)
     except InputError as exc:
         raise ConfigError(str(exc)) from None
+    _check_ladder_prms(config)
     return config

@@ -72,9 +72,10 @@ def check_adapter_dir(path: str | Path, key: str = "adapter") -> None:
     _safetensors_only(folder, key, "adapter_model.safetensors")
 
 
-def check_task_file(path: str | Path, key: str) -> int:
+def check_task_file(path: str | Path, key: str, solutions: bool = False) -> int:
     """A task JSONL file with at least one record (race.data.task.load_jsonl checks each
-    line); returns the number of records."""
+    line), each with a ``solution`` when ``solutions`` (the ladder's base policies are
+    fine-tuned on them); returns the number of records."""
     from race.data.task import load_jsonl
 
     try:
@@ -83,6 +84,12 @@ def check_task_file(path: str | Path, key: str) -> int:
         raise InputError(f"{key}: {exc}") from None
     if not records:
         raise InputError(f"{key}: {path} holds no records")
+    if solutions:
+        lacking = [i for i, r in enumerate(records, 1) if not r.solution]
+        if lacking:
+            raise InputError(f"{key}: {path} has {len(lacking)} record(s) without a solution "
+                             f"(first: record {lacking[0]}); the ladder sizes are fine-tuned "
+                             "on the training records' solutions")
     return len(records)
 
 
@@ -95,9 +102,11 @@ def check_inputs(config: dict) -> None:
     """Check every input file and local model folder the config names."""
     task = config["task"]
     if task.get("kind") == "jsonl":
+        pretrained = any(is_ladder(s) for s in config["sizes"])
         for key in ("train_jsonl", "eval_in_jsonl", "eval_ood_jsonl"):
             if task.get(key):
-                check_task_file(task[key], f"task.{key}")
+                check_task_file(task[key], f"task.{key}",
+                                solutions=pretrained and key == "train_jsonl")
     named = [(f"sizes[{i}]", s) for i, s in enumerate(config["sizes"])]
     named += [(f"prm.sizes[{i}]", s) for i, s in enumerate(config["prm"]["sizes"])]
     named += [(f"rewards.{name}.{kind}", r.get(kind)) for name, r in config["rewards"].items()
