@@ -109,3 +109,28 @@ def test_a_ladder_prm_needs_what_it_is_built_from(tmp_path):
     with pytest.raises(ConfigError, match=r"prm.sizes\[0\]: a ladder PRM is trained on "
                                           r"completions of the ladder's base policies"):
         load_config(smoke(tmp_path, sizes=["org/policy"]))  # a hub id: not pretrained here
+
+
+def fake_model(folder: Path, architecture: str) -> Path:
+    """A folder with what the input check reads: config.json, weights and a tokenizer."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2",
+                                                    "architectures": [architecture]}))
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "tokenizer.json").write_text("{}")
+    return folder
+
+
+def test_a_local_feedback_model_must_be_the_kind_its_key_asks_for(tmp_path):
+    orm = str(fake_model(tmp_path / "orm", "Qwen2ForSequenceClassification"))
+    prm = str(fake_model(tmp_path / "prm", "Qwen2ForTokenClassification"))
+    rule = {"type": "rule"}
+    with pytest.raises(ConfigError, match=r"rewards.x.prm: .*orm holds an ORM \(orm\), and "
+                                          r"this key needs a PRM"):
+        load_config(smoke(tmp_path, rewards={"rule": rule, "x": {"type": "prm", "prm": orm}}))
+    with pytest.raises(ConfigError, match=r"rewards.x.orm: .*prm holds a PRM \(token\), and "
+                                          r"this key needs an ORM"):
+        load_config(smoke(tmp_path, rewards={"rule": rule, "x": {"type": "orm", "orm": prm}}))
+    config = load_config(smoke(tmp_path, rewards={"rule": rule, "x": {"type": "orm", "orm": orm},
+                                                  "y": {"type": "prm", "prm": prm}}))
+    assert set(config["rewards"]) == {"rule", "x", "y"}

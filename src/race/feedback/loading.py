@@ -3,9 +3,9 @@ checkpoint holds (token classifier, sequence classifier, Qwen-Math PRM)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from race.feedback.kind import model_kind
 from race.feedback.models import FeedbackModel, OutcomeRewardModel, TokenClassifierPRM
 from race.feedback.qwen_math import QwenMathPRM
 from race.study.cells import is_hub_id
@@ -46,31 +46,6 @@ def resolve_model_dir(spec: str | Path, results_dir: str | Path = "results") -> 
             f"provide it ({type(exc).__name__}: {reason}). "
             f"Download it where the hub is reachable (`hf download {text} --local-dir DIR`) "
             "and pass DIR instead.") from None
-
-
-def model_kind(path: str | Path) -> str:
-    """``token`` (ours), ``qwen_math`` or ``orm``, from config.json's ``architectures`` (and
-    the safetensors head names when that is inconclusive)."""
-    path = Path(path)
-    config = path / "config.json"
-    if not config.is_file():
-        raise FileNotFoundError(f"feedback model directory {path} has no config.json")
-    archs = json.loads(config.read_text()).get("architectures") or []
-    for arch in archs:
-        if arch.endswith("ForTokenClassification"):
-            return "token"
-        if arch.endswith("ForSequenceClassification"):
-            return "orm"
-        if arch.endswith("ForProcessRewardModel"):
-            return "qwen_math"
-    from safetensors import safe_open
-
-    for shard in sorted(path.glob("*.safetensors")):
-        with safe_open(str(shard), framework="pt") as f:
-            if "score.2.weight" in f.keys():
-                return "qwen_math"
-    raise ValueError(f"feedback model {path}: cannot tell its kind (architectures {archs}); "
-                     "expected a token classifier, a sequence classifier or a Qwen-Math PRM")
 
 
 #: Options a ``rewards:`` entry (or ``load_feedback_model``) may set for the model itself.

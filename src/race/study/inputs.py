@@ -1,5 +1,5 @@
 """The study's inputs, checked before any compute: the user's task files and every local model
-or adapter folder the config names.
+or adapter folder the config names (a feedback model's of the kind its key asks for).
 
 Run by ``race check-config`` and by the workflow when it parses the config, so a bad file
 fails in seconds with the key and the file (and line) named, instead of a job failing later
@@ -115,3 +115,20 @@ def check_inputs(config: dict) -> None:
     for key, spec in named:
         if _local(spec):
             check_model_dir(spec, key)
+            if not key.startswith("sizes"):  # a feedback model
+                check_feedback_kind(spec, key, orm=key.endswith(".orm"))
+
+
+def check_feedback_kind(path: str | Path, key: str, orm: bool) -> None:
+    """A local feedback model is the kind its key asks for: an ORM for an orm reward, a PRM
+    (ours or Qwen-Math) for the others (race.feedback.kind.model_kind)."""
+    from race.feedback.kind import model_kind
+
+    try:
+        kind = model_kind(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{key}: {exc}") from None
+    if (kind == "orm") != orm:
+        want = "an ORM (a sequence classifier)" if orm else "a PRM"
+        raise InputError(f"{key}: {path} holds {'an ORM' if kind == 'orm' else 'a PRM'} "
+                         f"({kind}), and this key needs {want}")

@@ -1,0 +1,35 @@
+"""What kind of feedback model a checkpoint folder holds -- our token-classifier PRM
+(``token``), Qwen2.5-Math-PRM (``qwen_math``) or a sequence classifier used as an outcome
+reward model (``orm``) -- read from its files alone, without torch: the config check tells a
+PRM from an ORM before any job starts, and the loader (race.feedback.loading) picks the class
+to load it with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def model_kind(path: str | Path) -> str:
+    """``token`` (ours), ``qwen_math`` or ``orm``, from config.json's ``architectures`` (and
+    the safetensors head names when that is inconclusive)."""
+    path = Path(path)
+    config = path / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"feedback model directory {path} has no config.json")
+    archs = json.loads(config.read_text()).get("architectures") or []
+    for arch in archs:
+        if arch.endswith("ForTokenClassification"):
+            return "token"
+        if arch.endswith("ForSequenceClassification"):
+            return "orm"
+        if arch.endswith("ForProcessRewardModel"):
+            return "qwen_math"
+    from safetensors import safe_open
+
+    for shard in sorted(path.glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as f:
+            if "score.2.weight" in f.keys():
+                return "qwen_math"
+    raise ValueError(f"feedback model {path}: cannot tell its kind (architectures {archs}); "
+                     "expected a token classifier, a sequence classifier or a Qwen-Math PRM")
