@@ -2,7 +2,7 @@
 # Thin entry point: config, validation, the stage files, and the final target.
 from snakemake.utils import min_version, validate
 
-from race.study.config import coerce_numbers, read_yaml
+from race.study.config import check_as_written, coerce_numbers, read_yaml
 from race.study.schema import SCHEMA
 
 min_version("9.0")
@@ -24,6 +24,7 @@ for path in workflow.configfiles:
 # key's type, description and default live.
 # Snakemake's YAML reader reads 2e10 as a string: numbers first, as race.study.config does.
 coerce_numbers(config)
+check_as_written(config)  # before validate() fills in the schema's defaults
 validate(config, str(SCHEMA))
 
 

@@ -108,6 +108,10 @@ def _prm_bon_without_a_prm(config: dict) -> None:
     (_reward({"type": "rule", "prm": "nano"}), "rewards.extra.prm: type rule reads no prm key"),
     (_reward({"type": "orm", "prm": "nano", "orm": "org/orm"}), "extra.prm: type orm reads"),
     (_reward({"type": "prm", "prm": "nano", "orm": "org/orm"}), "extra.orm: type prm reads"),
+    (_reward({"type": "prm", "prm": "nano", "weight": 0.3}), "extra.weight: type prm reads no"),
+    (_reward({"type": "orm", "orm": "org/orm", "aggregate": "min"}), "extra.aggregate: type orm"),
+    (_reward({"type": "rule", "dtype": "bfloat16"}), "rewards.extra.dtype: type rule reads no "
+                                                     "dtype key (it reads verifier)"),
     (_reward({"type": "orm"}), "rewards.extra.orm: the orm reward needs a model"),
     (_reward({"type": "orm", "orm": "models/orm/v1"}), "rewards.extra.orm: 'models/orm/v1' is "
                                                        "not an existing folder or a hub id"),
@@ -130,10 +134,10 @@ def test_bad_entries_name_their_key(tmp_path, edit, message):
 
 
 def test_reward_entries_take_the_feedback_model_options(tmp_path):
-    """The keys a feedback reward passes to its model (race.feedback.loading.MODEL_OPTIONS)
+    """The keys a feedback reward passes to its model (race.study.specs.MODEL_OPTIONS)
     are schema keys, so a typo among them is an error rather than a silent default."""
-    from race.feedback.loading import MODEL_OPTIONS
     from race.study.schema import properties
+    from race.study.specs import MODEL_OPTIONS
 
     assert set(MODEL_OPTIONS) <= set(properties("rewards"))
     options = {"batch_size": 8, "attn_implementation": "eager", "device": "cpu",

@@ -10,7 +10,6 @@ import pytest
 
 from race.data.task import TaskSpec
 from race.data.teacher import TeacherSpec
-from race.feedback.loading import MODEL_OPTIONS
 from race.study import jobs, schema, specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +143,7 @@ TYPED = {"eval": (specs.EvalSpec,), "pretrain": (specs.PretrainSpec,), "prm": (s
 
 #: Keys a section hands on as a group, read through one tuple of names
 #: (``{k: spec[k] for k in MODEL_OPTIONS if k in spec}``).
-PASSED_ON = {"rewards": MODEL_OPTIONS}
+PASSED_ON = {"rewards": specs.MODEL_OPTIONS}
 
 
 @pytest.mark.parametrize("path", schema_keys(), ids=".".join)

@@ -130,6 +130,8 @@ BAD = [
     ({"eval": {"targets": ["in_pass1", "ood_pass1"]}}, "race.targets[0]: 'sampled_pass1' is "
                                                        "not evaluated"),
     ({"eval": {"prm": "micro"}}, "eval.prm: 'micro' is not one of prm.sizes"),
+    ({"rewards": {"rule": {"type": "rule"}, "p": {"type": "prm", "prm": "nano", "weight": 0.2}}},
+     "rewards.p.weight: type prm reads no weight key"),
 ]
 
 

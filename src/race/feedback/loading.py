@@ -9,6 +9,7 @@ from race.feedback.kind import model_kind
 from race.feedback.models import FeedbackModel, OutcomeRewardModel, TokenClassifierPRM
 from race.feedback.qwen_math import QwenMathPRM
 from race.study.cells import is_hub_id
+from race.study.specs import MODEL_OPTIONS
 
 _HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "tokenizer*"]
 
@@ -48,8 +49,6 @@ def resolve_model_dir(spec: str | Path, results_dir: str | Path = "results") -> 
             "and pass DIR instead.") from None
 
 
-#: Options a ``rewards:`` entry (or ``load_feedback_model``) may set for the model itself.
-MODEL_OPTIONS = ("batch_size", "attn_implementation", "device", "dtype", "chat_template")
 
 
 def load_feedback_model(spec_or_path, results_dir: str | Path = "results", *,

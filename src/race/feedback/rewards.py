@@ -108,7 +108,7 @@ def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | Non
 
     Keys: ``prm`` / ``orm`` (ladder name, directory or hub id), ``aggregate`` (min),
     ``weight`` (rule+prm, 0.5), ``verifier`` (rule+prm: task | math), and the model options
-    :data:`race.feedback.loading.MODEL_OPTIONS`. ``tokenizer`` is the policy's (vocabulary probe
+    :data:`race.study.specs.MODEL_OPTIONS`. ``tokenizer`` is the policy's (vocabulary probe
     and ``bound``).
     """
     kind = spec.get("type")
@@ -118,7 +118,8 @@ def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | Non
     if not spec.get(key):
         raise ValueError(f"rewards: a {kind} reward needs the {key!r} key")
     # Imported here: a rule reward must not pay for torch and transformers.
-    from race.feedback.loading import MODEL_OPTIONS, load_feedback_model
+    from race.feedback.loading import load_feedback_model
+    from race.study.specs import MODEL_OPTIONS
 
     model = load_feedback_model({key: spec[key], **{k: spec[k] for k in MODEL_OPTIONS
                                                      if k in spec}},

@@ -32,8 +32,9 @@ from race.study.cells import (
     is_ladder,
     slug,
 )
-from race.study.schema import SCHEMA, schema
+from race.study.schema import SCHEMA, properties, schema
 from race.study.specs import (
+    REWARD_KEYS,
     SEARCH_TARGETS,
     TARGETS,
     allocation,
@@ -157,6 +158,24 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
+def check_as_written(config: dict) -> None:
+    """The checks that must see the config as written, before the schema fills in defaults:
+    a ``rewards:`` entry holds only keys its type reads (:data:`race.study.specs.REWARD_KEYS`;
+    the schema's defaults put ``aggregate``, ``weight`` and ``verifier`` into every entry, so
+    afterwards a ``weight`` on a prm reward, which nothing reads, could not be told from its
+    default). Keys the schema does not know are left to its own error."""
+    known = set(properties("rewards"))
+    rewards = config.get("rewards")
+    for name, entry in (rewards.items() if isinstance(rewards, dict) else ()):
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        if kind not in REWARD_KEYS:
+            continue
+        for key in entry:
+            if key != "type" and key in known and key not in REWARD_KEYS[kind]:
+                raise ConfigError(f"rewards.{name}.{key}: type {kind} reads no {key} key (it "
+                                  f"reads {', '.join(REWARD_KEYS[kind])})")
+
+
 def validate_schema(config: dict) -> dict:
     """Schema validation with defaults filled in (the same call the Snakefile makes)."""
     from snakemake.exceptions import WorkflowError
@@ -186,7 +205,9 @@ def load_config(path: str | Path) -> dict:
     text = str(path).lstrip()
     if text.startswith("{"):
         return json.loads(text)
-    return check_config(validate_schema(coerce_numbers(read_yaml(path))))
+    config = coerce_numbers(read_yaml(path))
+    check_as_written(config)
+    return check_config(validate_schema(config))
 
 
 def is_model_spec(spec: str) -> bool:
@@ -277,16 +298,12 @@ REWARD_MODEL_KEY = {"rule": None, "prm": "prm", "rule+prm": "prm", "orm": "orm"}
 
 
 def _check_reward(name: str, reward: dict, prm_sizes: list) -> None:
-    """A ``rewards:`` entry names the model its type reads, and only that one: a ``prm`` key on
-    a rule or orm reward would be ignored by the reward yet charged by the budget check."""
+    """A ``rewards:`` entry that needs a model names one that exists (a trained ladder PRM, a
+    folder or a hub id); which keys it may hold is :func:`check_as_written`'s."""
     if not fits_wildcard("reward", name):
         raise ConfigError(f"rewards.{name}: names may use letters, digits and _ . + -")
     kind = reward["type"]
     wanted = REWARD_MODEL_KEY[kind]
-    for key in ("prm", "orm"):
-        if key != wanted and key in reward:
-            raise ConfigError(f"rewards.{name}.{key}: type {kind} reads no {key} key "
-                              f"({'no model' if wanted is None else 'its model is ' + wanted})")
     if wanted is None:
         return
     model = reward.get(wanted)

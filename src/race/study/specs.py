@@ -288,6 +288,17 @@ class PRMSpec:
 # --------------------------------------------------------------------------- rewards, MLflow
 
 
+#: Options a feedback-model reward passes to its model (race.feedback.loading).
+MODEL_OPTIONS = ("batch_size", "attn_implementation", "device", "dtype", "chat_template")
+#: The keys of a ``rewards:`` entry that its type reads (besides ``type``).
+REWARD_KEYS = {
+    "rule": ("verifier",),
+    "prm": ("prm", "aggregate", *MODEL_OPTIONS),
+    "rule+prm": ("prm", "aggregate", "weight", "verifier", *MODEL_OPTIONS),
+    "orm": ("orm", *MODEL_OPTIONS),
+}
+
+
 def reward_spec(config: dict, name: str) -> dict:
     """A ``rewards:`` entry with its PRM resolved to a directory (or hub id)."""
     spec = dict(config["rewards"][name])
