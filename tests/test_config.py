@@ -125,6 +125,7 @@ def _prm_bon_without_a_prm(config: dict) -> None:
     (lambda c: c["eval"].update(targets=["maj_k", "prm_bon"], search_at="base_and_top")
      or c["race"].pop("targets", None), "race.targets: the pilot has no target to rank"),
     (_prm_bon_without_a_prm, "race.targets[0]: prm_bon needs a PRM"),
+    (lambda c: c["eval"].update(train_temperature=0.3), "eval.train_temperature: not a setting"),
 ])
 def test_bad_entries_name_their_key(tmp_path, edit, message):
     with pytest.raises(ConfigError) as error:

@@ -160,10 +160,16 @@ def read_yaml(path: str | Path) -> dict:
 
 def check_as_written(config: dict) -> None:
     """The checks that must see the config as written, before the schema fills in defaults:
-    a ``rewards:`` entry holds only keys its type reads (:data:`race.study.specs.REWARD_KEYS`;
+    ``eval.train_temperature`` is not written (the workflow sets it per cell); a ``rewards:``
+    entry holds only keys its type reads (:data:`race.study.specs.REWARD_KEYS`;
     the schema's defaults put ``aggregate``, ``weight`` and ``verifier`` into every entry, so
     afterwards a ``weight`` on a prm reward, which nothing reads, could not be told from its
     default). Keys the schema does not know are left to its own error."""
+    evaluation = config.get("eval")
+    if isinstance(evaluation, dict) and "train_temperature" in evaluation:
+        raise ConfigError("eval.train_temperature: not a setting: each cell is evaluated at its "
+                          "own training temperature (training.temperature, or its "
+                          "allocation's), which the workflow passes; remove the key")
     known = set(properties("rewards"))
     rewards = config.get("rewards")
     for name, entry in (rewards.items() if isinstance(rewards, dict) else ()):
