@@ -109,12 +109,13 @@ def _prm_bon_without_a_prm(config: dict) -> None:
     (_reward({"type": "orm", "prm": "nano", "orm": "org/orm"}), "extra.prm: type orm reads"),
     (_reward({"type": "prm", "prm": "nano", "orm": "org/orm"}), "extra.orm: type prm reads"),
     (_reward({"type": "prm", "prm": "nano", "weight": 0.3}), "extra.weight: type prm reads no"),
-    (_reward({"type": "orm", "orm": "org/orm", "aggregate": "min"}), "extra.aggregate: type orm"),
+    (_reward({"type": "orm", "orm": "org/orm", "aggregate": "mean"}), "extra.aggregate: type orm"),
     (_reward({"type": "rule", "dtype": "bfloat16"}), "rewards.extra.dtype: type rule reads no "
                                                      "dtype key (it reads verifier)"),
     (_reward({"type": "orm"}), "rewards.extra.orm: the orm reward needs a model"),
     (_reward({"type": "orm", "orm": "models/orm/v1"}), "rewards.extra.orm: 'models/orm/v1' is "
                                                        "not an existing folder or a hub id"),
+    (_reward({"type": "orm", "orm": "./orm"}), "rewards.extra.orm: './orm' is not an existing"),
     (_reward({"type": "prm", "prm": "giant"}), "rewards.extra.prm: 'giant' is not one of "
                                                "prm.sizes ['nano'], an existing folder"),
     (_reward({"type": "prm", "prm": "nano", "dtype": "float8"}), "'float8' is not one of"),
@@ -184,3 +185,13 @@ def test_a_bad_config_is_a_message_not_a_traceback(tmp_path, capsys, verb, out):
     err = capsys.readouterr().err
     assert err.startswith(f"race {verb}: task.min_steps must be") and "Traceback" not in err
     assert not (tmp_path / "results").exists() and not (tmp_path / out).exists()
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "configs/smoke.yaml", "configs/qwen2.5.yaml"])
+def test_a_resolved_config_checks_again(tmp_path, name):
+    """The resolved config (every schema default filled in: what the study logs to MLflow
+    and the benches write for Snakemake) is a valid config with the same content."""
+    config = load_config(ROOT / name)
+    path = tmp_path / "resolved.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert load_config(path) == config

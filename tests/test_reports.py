@@ -417,6 +417,7 @@ def test_the_same_flop_figure_uses_a_trained_rung():
     partial = df[~((df["budget"] == 4e11) & (df["alloc"] == "base"))
                  & ~((df["budget"] == 1e11) & (df["size"] == "nano") & (df["alloc"] == "search"))]
     assert figures.equal_budget(pd.concat([partial, base])) == 1e11  # 3 configs; base: 4
+    assert math.isnan(figures.equal_budget(base))  # nothing trained yet
 
 
 def test_sigmoid_band_parametric_bootstrap():

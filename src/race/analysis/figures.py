@@ -19,6 +19,7 @@ interactive backend) and saved without dates, with a fixed SVG id salt: reruns a
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from pathlib import Path
 
@@ -186,6 +187,8 @@ def equal_budget(runs: pd.DataFrame) -> float:
     """The trained rung (budget > 0) reached by the most configs (largest on a tie): the
     fairest common rung. The base rung has a row for every config and buys nothing."""
     trained = runs[runs["budget"] > 0]
+    if trained.empty:
+        return math.nan  # nothing trained: the panels say "not run at this budget"
     counts = trained.groupby("budget")[["size", "reward", "alloc"]].apply(
         lambda g: len(g.drop_duplicates()))
     top = counts.max()

@@ -237,7 +237,8 @@ def rank_candidates(cands: pd.DataFrame) -> dict[str, object]:
     ``cands`` has columns label, acc, se, acc_lo, acc_hi, n_seeds. Candidates without an
     accuracy are not ranked. Returns a flat dict of the winner's and the runner-up's fields
     (labels joined by "|" when tied), the gap between them, and ``decided`` (a bool):
-    True only for a single winner with ``gap_z >= DECIDED_Z``. A tie, a NaN ``gap_z``, and a
+    True only for a single winner that leads every other candidate by a z of at least
+    ``DECIDED_Z`` (``gap_z`` is the runner-up's). A tie, a NaN z, and a
     lone candidate (nothing to be compared against, so nothing shows it is better than the
     alternatives) are False, as is a group with no accuracy at all.
     """

@@ -28,7 +28,7 @@ def model_kind(path: str | Path) -> str:
     from safetensors import safe_open
 
     for shard in sorted(path.glob("*.safetensors")):
-        with safe_open(str(shard), framework="pt") as f:
+        with safe_open(str(shard), framework="numpy") as f:  # the names only: no torch
             if "score.2.weight" in f.keys():
                 return "qwen_math"
     raise ValueError(f"feedback model {path}: cannot tell its kind (architectures {archs}); "

@@ -51,11 +51,15 @@ def is_ladder(spec: str) -> bool:
 #: A Hugging Face hub id, ``org/name``. A relative path of the same shape that is not an
 #: existing folder reads as a hub id, as ``from_pretrained`` reads it; write ``./org/name``
 #: to mean the path.
-HUB_ID = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def is_hub_id(spec: str) -> bool:
-    return bool(HUB_ID.match(str(spec)))
+    """``org/name`` as the hub spells repository ids: each part starts with a letter, digit
+    or ``_``, and neither holds ``..`` or ``--`` (so ``./x``, ``../x`` and ``.hidden/x`` are
+    paths, never ids)."""
+    text = str(spec)
+    return bool(HUB_ID.match(text)) and ".." not in text and "--" not in text
 
 
 def format_budget(budget: float) -> str:

@@ -164,22 +164,34 @@ def check_as_written(config: dict) -> None:
     entry holds only keys its type reads (:data:`race.study.specs.REWARD_KEYS`;
     the schema's defaults put ``aggregate``, ``weight`` and ``verifier`` into every entry, so
     afterwards a ``weight`` on a prm reward, which nothing reads, could not be told from its
-    default). Keys the schema does not know are left to its own error."""
+    default). A value equal to its default is not a setting and passes, so a resolved config
+    (every default filled in) checks as valid. Keys the schema does not know are left to its
+    own error."""
     evaluation = config.get("eval")
-    if isinstance(evaluation, dict) and "train_temperature" in evaluation:
+    if isinstance(evaluation, dict) and _set(evaluation, "train_temperature",
+                                             properties("eval")):
         raise ConfigError("eval.train_temperature: not a setting: each cell is evaluated at its "
                           "own training temperature (training.temperature, or its "
                           "allocation's), which the workflow passes; remove the key")
-    known = set(properties("rewards"))
+    known = properties("rewards")
     rewards = config.get("rewards")
     for name, entry in (rewards.items() if isinstance(rewards, dict) else ()):
         kind = entry.get("type") if isinstance(entry, dict) else None
         if kind not in REWARD_KEYS:
             continue
         for key in entry:
-            if key != "type" and key in known and key not in REWARD_KEYS[kind]:
+            if key in known and key != "type" and key not in REWARD_KEYS[kind] and _set(
+                    entry, key, known):
                 raise ConfigError(f"rewards.{name}.{key}: type {kind} reads no {key} key (it "
                                   f"reads {', '.join(REWARD_KEYS[kind])})")
+
+
+def _set(section: dict, key: str, props: dict) -> bool:
+    """Whether ``key`` is written in ``section`` with a value other than the schema's default
+    (a resolved config -- the one logged to MLflow, the benches' -- holds every default, and
+    a default changes nothing)."""
+    return key in section and ("default" not in props[key]
+                               or section[key] != props[key]["default"])
 
 
 def validate_schema(config: dict) -> dict:
