@@ -52,7 +52,7 @@ def test_dry_runs(tmp_path, configfile):
 @pytest.mark.parametrize("sizes, rewards", [
     (["nano", "org/model"], ["rule", "rule+prm"]),  # mixed: per-cell input functions
     (["nano", "micro"], ["rule"]),  # every size a ladder size, no PRM: plain inputs
-    (["org/model"], ["rule+prm"]),  # no ladder size
+    (["org/model"], ["rule"]),  # no ladder size (then a ladder PRM has no policy to sample)
 ])
 def test_training_and_evaluation_wait_for_their_cells_inputs(tmp_path, sizes, rewards):
     """Each train / evaluate job waits for its own cell's base policy (ladder sizes only) and
@@ -61,6 +61,8 @@ def test_training_and_evaluation_wait_for_their_cells_inputs(tmp_path, sizes, re
     config = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
     config["sizes"] = sizes
     config["rewards"] = {name: config["rewards"][name] for name in rewards}
+    if not any(size in ("nano", "micro", "mini") for size in sizes):
+        config["prm"]["sizes"], config["eval"]["prm"] = [], None
     (wd / "study.yaml").write_text(yaml.safe_dump(config))
     out = snakemake(wd, "-n", "--cores", "1", "--configfile", "study.yaml").stdout
     blocks = re.findall(r"^rule (train|evaluate):\n    input: ([^\n]*)\n.*?wildcards: ([^\n]*)",
@@ -69,8 +71,10 @@ def test_training_and_evaluation_wait_for_their_cells_inputs(tmp_path, sizes, re
     for rule, inputs, wildcards in blocks:
         w = dict(part.split("=") for part in wildcards.split(", "))
         assert ("results/base/size~nano/pre.json" in inputs) == (w["size"] == "nano"), inputs
-        # Evaluation reranks best-of-n with eval.prm (nano) whatever the cell's reward.
-        needs_prm = w["reward"] == "rule+prm" if rule == "train" else True
+        # Evaluation reranks best-of-n with eval.prm (nano, when there is one) whatever the
+        # cell's reward.
+        needs_prm = w["reward"] == "rule+prm" if rule == "train" else bool(
+            config["prm"]["sizes"])
         assert ("results/prm/size~nano/prm.json" in inputs) == needs_prm, inputs
 
 
