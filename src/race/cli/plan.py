@@ -122,7 +122,7 @@ def _from_config(args) -> dict:
         raise ValueError(f"--reward {args.reward!r} is not one of {list(config['rewards'])}")
     a = specs.allocation(config, args.alloc)
     reward = config["rewards"][args.reward] if args.reward else {"type": "rule"}
-    model = reward.get("prm") or reward.get("orm")
+    model = specs.reward_model(reward)
     if reward["type"] == "rule" or (reward["type"] == "rule+prm" and reward.get("weight") == 0):
         if args.prm:
             raise ValueError(f"--prm: reward {args.reward or 'rule'!r} runs no reward model "

@@ -49,8 +49,6 @@ def resolve_model_dir(spec: str | Path, results_dir: str | Path = "results") -> 
             "and pass DIR instead.") from None
 
 
-
-
 def load_feedback_model(spec_or_path, results_dir: str | Path = "results", *,
                         policy_tokenizer=None, **options) -> FeedbackModel:
     """A feedback model from a ladder name, a directory, a hub id, or a ``rewards:`` entry

@@ -24,6 +24,7 @@ from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.outputs import CorruptOutputError, read_output
 from race.study.cells import DONE, rung_dir
 from race.study.jobs import TrainJob, to_json
+from race.study.specs import reward_model
 
 ADAPTER_FILE = "adapter_model.safetensors"
 #: TrainJob fields that do not change the trajectory (where it is logged, how it is named; the
@@ -63,7 +64,7 @@ def job_fingerprint(job: TrainJob) -> str:
     fields["reward"] = {k: v for k, v in fields["reward"].items()
                         if k not in REWARD_NOT_TRAJECTORY}
     inputs = [Path(job.base), Path(job.train_data)]
-    prm = job.reward.get("prm") or job.reward.get("orm")
+    prm = reward_model(job.reward)
     if prm is not None:
         ladder = Path(job.results_dir) / "prm" / f"size~{prm}"
         inputs.append(ladder if ladder.is_dir() else Path(str(prm)))

@@ -35,12 +35,14 @@ from race.study.cells import (
 from race.study.schema import SCHEMA, properties, schema
 from race.study.specs import (
     REWARD_KEYS,
+    REWARD_MODEL_KEY,
     SEARCH_TARGETS,
     TARGETS,
     allocation,
     eval_prm,
     eval_targets,
     race_targets,
+    reward_model,
 )
 
 # --------------------------------------------------------------------------- loading
@@ -233,7 +235,7 @@ def is_model_spec(spec: str) -> bool:
     from race.flops.known_configs import is_known
 
     return (is_ladder(spec) or Path(spec).is_dir() or is_known(spec)
-            or bool(is_hub_id(spec)))
+            or is_hub_id(spec))
 
 
 def config_slice(config: dict, *keys: str) -> str:
@@ -298,7 +300,7 @@ def smallest_step_check(config: dict) -> None:
                               grad_ckpt=config["training"]["gradient_checkpointing"])
             for reward_name, reward in config["rewards"].items():
                 reward_bound = 0
-                model = reward.get("prm") or reward.get("orm")
+                model = reward_model(reward)
                 prm_arch = _arch(model) if model else None
                 if prm_arch is not None:
                     reward_bound = alloc.rows * flops.reward_model_flops(
@@ -309,10 +311,6 @@ def smallest_step_check(config: dict) -> None:
                         f"budgets[0]: {first:.3g} FLOPs is below one step of cell "
                         f"{cell_key(size, reward_name, alloc_name, 0)} (up to {bound:.3g} "
                         "model FLOPs): raise the first rung or shrink that allocation")
-
-
-#: The key naming a reward's feedback model, by reward type (a rule reward has none).
-REWARD_MODEL_KEY = {"rule": None, "prm": "prm", "rule+prm": "prm", "orm": "orm"}
 
 
 def _check_reward(name: str, reward: dict, prm_sizes: list) -> None:

@@ -297,6 +297,15 @@ REWARD_KEYS = {
     "rule+prm": ("prm", "aggregate", "weight", "verifier", *MODEL_OPTIONS),
     "orm": ("orm", *MODEL_OPTIONS),
 }
+#: The key naming a reward's feedback model, by type (a rule reward reads none).
+REWARD_MODEL_KEY = {"rule": None, "prm": "prm", "rule+prm": "prm", "orm": "orm"}
+
+
+def reward_model(reward: dict) -> str | None:
+    """The feedback model a ``rewards:`` entry names (its PRM or ORM), or None for a rule
+    reward."""
+    key = REWARD_MODEL_KEY[reward.get("type", "rule")]
+    return None if key is None else reward.get(key)
 
 
 def reward_spec(config: dict, name: str) -> dict:
