@@ -187,6 +187,34 @@ def test_a_bad_config_is_a_message_not_a_traceback(tmp_path, capsys, verb, out):
     assert not (tmp_path / "results").exists() and not (tmp_path / out).exists()
 
 
+@pytest.mark.parametrize("text, message", [
+    ("sizes: [nano\n", r"not valid YAML \(line 2, column 1\): expected"),
+    ("seeds: [0]\nseeds: [1]\n", r"duplicate key 'seeds' \(line 2\)"),
+])
+@pytest.mark.parametrize("verb", ["check-config", "train"])
+def test_a_file_that_is_not_a_config_is_named(tmp_path, capsys, text, message, verb):
+    """A YAML syntax error or a repeated key names the file and the line, for every verb that
+    reads a config (the model verbs through --config --cell), and exits 2."""
+    from race.cli import main
+
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    argv = [verb, str(path)] if verb == "check-config" else [
+        verb, "--config", str(path), "--cell", "size~nano/reward~rule/alloc~g8/seed~0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert re.search(rf"^(race {verb}: )?{re.escape(str(path))}: {message}", err), err
+    assert err.count(str(path)) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("job", ["{not json", '{"unknown_field": 1}'])
+def test_a_bad_job_is_a_message_not_a_traceback(capsys, job):
+    from race.cli import main
+
+    assert main(["train", "--job", job]) == 2
+    assert capsys.readouterr().err.startswith("race train: --job: ")
+
+
 @pytest.mark.parametrize("name", ["config.yaml", "configs/smoke.yaml", "configs/qwen2.5.yaml"])
 def test_a_resolved_config_checks_again(tmp_path, name):
     """The resolved config (every schema default filled in: what the study logs to MLflow

@@ -22,7 +22,9 @@ def run(args) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        print(f"{args.config}: {exc}", file=sys.stderr)
+        message = str(exc)  # errors reading the file already start with its path
+        prefix = "" if message.startswith(f"{args.config}: ") else f"{args.config}: "
+        print(prefix + message, file=sys.stderr)
         return 2
     print(f"{args.config}: valid ({len(grid_cells(config))} grid cells, "
           f"{len(config['budgets'])} budget rungs)")

@@ -26,18 +26,19 @@ def load_job(verb: str, args: argparse.Namespace):
     from race.study import jobs
     from race.study.cells import ConfigError
 
-    try:
-        if args.job:
+    if args.job:
+        try:
             job = jobs.from_json(jobs.JOBS[verb], args.job)
-        else:
-            if not args.cell:
-                raise SystemExit(f"race {verb}: --cell is required with --config")
-            from race.study.config import load_config
+        except (ValueError, TypeError) as exc:  # malformed JSON or a field of the wrong type
+            raise ConfigError(f"--job: {exc}") from None
+    else:
+        if not args.cell:
+            raise ConfigError("--cell is required with --config")
+        from race.study.config import load_config
 
-            config = load_config(args.config)
-            job = jobs.job_for_cell(verb, config, args.cell, getattr(args, "budget", None))
-    except (ConfigError, ValueError, TypeError) as exc:
-        raise SystemExit(f"race {verb}: {exc}") from None
+        # A ConfigError here names the bad key; race.cli.main prints it and exits 2.
+        config = load_config(args.config)
+        job = jobs.job_for_cell(verb, config, args.cell, getattr(args, "budget", None))
     import torch
 
     torch.set_num_threads(max(1, args.threads))

@@ -151,10 +151,18 @@ def coerce_numbers(config: dict) -> dict:
 
 
 def read_yaml(path: str | Path) -> dict:
+    """A config file as written (numbers not yet coerced); every error names the file."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"config file not found: {path}")
-    data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 (safe loader)
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 (safe loader)
+    except ConfigError as exc:  # a duplicate key: say in which file
+        raise ConfigError(f"{path}: {exc}") from None
+    except yaml.MarkedYAMLError as exc:  # a syntax error: where it is, not a parser traceback
+        mark = exc.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"{path}: not valid YAML{where}: {exc.problem or exc.context}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the config must be a mapping")
     return data
