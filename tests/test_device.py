@@ -44,6 +44,24 @@ def test_a_visible_gpu_is_taken_with_tf32_matmuls(gpu):
     assert D.prepare_device("cpu") == "cpu" and len(gpu) == 2  # the CPU's precision untouched
 
 
+def test_a_gpu_the_job_cannot_use_is_refused_by_key(gpu, monkeypatch):
+    """Before anything is loaded: bfloat16 asked for on a GPU without it names training.dtype;
+    several visible GPUs fail a training job (one process, one GPU) unless a launcher set
+    WORLD_SIZE, and never an evaluation, which computes on the first."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ValueError, match="training.dtype: bfloat16, but Tesla V100 has no"):
+        D.prepare_device("cuda", "bfloat16")
+    assert D.prepare_device("cuda", "float32") == "cuda"
+    with pytest.raises(ValueError, match="device: 2 GPUs are visible, and a training job"):
+        D.prepare_device("auto", "float32", one_gpu=True)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert D.prepare_device("auto", "float32", one_gpu=True) == "cuda"
+    assert D.prepare_device("cpu", "bfloat16", one_gpu=True) == "cpu"  # the CPU has bfloat16
+
+
 def test_feedback_models_resolve_the_same_way(no_gpu):
     from race.feedback.models import resolve_device
 

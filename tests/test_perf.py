@@ -17,6 +17,7 @@ from race.tracking.mlflow_runs import mlflow_key
 @pytest.mark.parametrize("name, dtype, expected", [
     ("NVIDIA H100 80GB HBM3", "bfloat16", 989.4e12),
     ("NVIDIA H100 PCIe", "bfloat16", 756.0e12),
+    ("NVIDIA H100 NVL", "bfloat16", None),  # not the SXM part: measured
     ("NVIDIA H200", "float32", 494.7e12),
     ("NVIDIA A100-SXM4-80GB", "float32", 156.0e12),
     ("NVIDIA GeForce RTX 3090", "bfloat16", None),

@@ -133,7 +133,7 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
     t0 = time.perf_counter()
     spec = spec or EvalSpec()
     rung = rung_info(adapter)  # before any compute: a damaged ledger fails here, by name
-    device = prepare_device(device)
+    device = prepare_device(device, dtype)
     # Read only the splits the targets use (an in-distribution-only data folder is enough).
     eval_in = _load_split(data_dir, "eval_in") if set(spec.targets) - {"ood_pass1"} else []
     eval_ood = _load_split(data_dir, "eval_ood") if "ood_pass1" in spec.targets else []

@@ -6,7 +6,8 @@ Two sources, in this order:
   for the GPUs listed in :data:`GPU_PEAKS`, per compute dtype: ``bfloat16``, and ``float32``
   as TF32 (which :mod:`race.policy.device` enables for float32 matmuls on CUDA).
 - ``measured``: anything else (every CPU, an unlisted GPU): the best rate of square matmuls in
-  the job's dtype on this device and thread count, timed for about 0.2 s. It is the rate this
+  the job's dtype on this device and thread count (512 wide on a CPU, 8192 on a GPU, where
+  small products would time kernel launches), timed for about 0.2 s. It is the rate this
   process can reach on a matmul-only workload, so utilisation against it says how far the
   phase's kernels (small shapes, attention, launch overhead) are from the device's matmul rate
   -- not from the hardware's theoretical peak.
@@ -22,11 +23,16 @@ from dataclasses import dataclass
 #: Dense peak FLOP/s by (name fragment, dtype), from NVIDIA's datasheets. The first fragment
 #: found in ``torch.cuda.get_device_name()`` wins, so the more specific ones come first.
 GPU_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
+    ("H100 NVL", {}),  # not the SXM part, and not listed here: measured
     ("H100 PCIe", {"bfloat16": 756.0e12, "float32": 378.0e12}),
     ("H100", {"bfloat16": 989.4e12, "float32": 494.7e12}),  # SXM
     ("H200", {"bfloat16": 989.4e12, "float32": 494.7e12}),
     ("A100", {"bfloat16": 312.0e12, "float32": 156.0e12}),
 )
+
+
+#: Side of the square matmuls timed for an unlisted GPU's measured peak.
+GPU_MEASURE_SIZE = 8192
 
 
 @dataclass(frozen=True)
@@ -93,4 +99,5 @@ def device_peak(device: str, dtype: str) -> Peak:
     listed = table_peak(name, dtype)
     if listed is not None:
         return Peak(listed, "table", name, dtype)
-    return Peak(measured_peak(device, dtype), "measured", name, dtype)
+    # A GPU's matmul rate needs large products: at 512 x 512 one would time launches.
+    return Peak(measured_peak(device, dtype, size=GPU_MEASURE_SIZE), "measured", name, dtype)

@@ -25,8 +25,11 @@ depend on the budget).
 Resume. Checkpoints are taken every ``save_every`` steps, rounded to a multiple of
 ``num_iterations`` so that a checkpoint never falls inside a reused generation batch (TRL would
 regenerate it on resume). On rerun the run continues from its latest checkpoint with the ledger
-and metrics truncated to that step; the replayed steps are recomputed identically (same RNG
-state, same data order), so nothing is lost or counted twice. A damaged checkpoint is skipped
+and metrics truncated to that step; the replayed steps are recomputed from the same RNG state
+and data order, so nothing is lost or counted twice. On the CPU they are bit-identical; on a
+GPU, whose attention backward and matmul reductions are not deterministic, they agree to
+rounding (and a run resumed on another device draws a new sampling stream: a CPU checkpoint
+holds no CUDA generator state). A damaged checkpoint is skipped
 (an earlier one is taken, or the run starts fresh); an older checkpoint is deleted only once
 the newer one is complete (race.grpo.resume.drop_older_checkpoints), so a kill while saving
 never leaves none.
@@ -311,7 +314,9 @@ def run_training(job: TrainJob) -> dict:
     finished = reuse_finished(job, run_dir)
     if finished is not None:
         return finished
-    device = prepare_device(job.device)  # a GPU asked for and absent: an error, nothing written
+    # A GPU asked for and absent, several visible, or one without bfloat16: an error naming
+    # the key, nothing written.
+    device = prepare_device(job.device, job.dtype, one_gpu=True)
     peak = device_peak(device, job.dtype)
     (run_dir / DONE).unlink(missing_ok=True)
     (run_dir / "train.json").unlink(missing_ok=True)

@@ -24,6 +24,7 @@ def metered_trainer_class():
     # although this trainer reports to nothing (report_to="none"); race.tracking.mlflow_runs
     # does the MLflow logging, and only when asked to.
     os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
+    import torch
     from trl import GRPOTrainer
 
     class MeteredGRPOTrainer(GRPOTrainer):
@@ -33,19 +34,26 @@ def metered_trainer_class():
             self.race_step = {"rollout_s": 0.0, "reward_s": 0.0, "shapes": None}
             self.race_last_shapes: BatchShapes | None = None
 
+        def _clock(self) -> float:
+            """Seconds, once the GPU's queued work is done: CUDA kernels run asynchronously,
+            and a phase's backward would otherwise be timed in whichever phase waits next."""
+            if self.accelerator.device.type == "cuda":
+                torch.cuda.synchronize()
+            return time.perf_counter()
+
         def _generate(self, *args, **kwargs):
-            t0 = time.perf_counter()
+            t0 = self._clock()
             try:
                 return super()._generate(*args, **kwargs)
             finally:
-                self.race_step["rollout_s"] += time.perf_counter() - t0
+                self.race_step["rollout_s"] += self._clock() - t0
 
         def _calculate_rewards(self, *args, **kwargs):
-            t0 = time.perf_counter()
+            t0 = self._clock()
             try:
                 return super()._calculate_rewards(*args, **kwargs)
             finally:
-                self.race_step["reward_s"] += time.perf_counter() - t0
+                self.race_step["reward_s"] += self._clock() - t0
 
         def _generate_and_score_completions(self, inputs):
             out = super()._generate_and_score_completions(inputs)
@@ -55,9 +63,9 @@ def metered_trainer_class():
             return out
 
         def training_step(self, *args, **kwargs):
-            t0 = time.perf_counter()
+            t0 = self._clock()
             out = super().training_step(*args, **kwargs)
-            self.race_step["step_s"] = time.perf_counter() - t0
+            self.race_step["step_s"] = self._clock() - t0
             return out
 
     return MeteredGRPOTrainer

@@ -15,6 +15,8 @@ are not affected by it. The FLOP ledger counts the same matmuls on every device.
 
 from __future__ import annotations
 
+import os
+
 #: The values of the config's ``device`` key.
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -34,11 +36,26 @@ def resolve_device(name: str | None = "auto") -> str:
     return name
 
 
-def prepare_device(name: str | None = "auto") -> str:
-    """:func:`resolve_device`, and on CUDA let float32 matmuls use TF32 (module docstring)."""
+def prepare_device(name: str | None = "auto", dtype: str | None = None, *,
+                   one_gpu: bool = False) -> str:
+    """:func:`resolve_device`, and on CUDA let float32 matmuls use TF32 (module docstring).
+
+    Refused on CUDA, before anything is loaded: ``dtype`` ``bfloat16`` (``training.dtype``) on
+    a GPU without bfloat16 (pre-Ampere), and -- with ``one_gpu``, for the trainer -- several
+    visible GPUs outside a distributed launch: TRL would wrap the policy in DataParallel and
+    fail only after the models are loaded."""
     import torch
 
     device = resolve_device(name)
-    if device == "cuda":
-        torch.set_float32_matmul_precision("high")
+    if device != "cuda":
+        return device
+    if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"training.dtype: bfloat16, but {torch.cuda.get_device_name()} has no "
+                         "bfloat16 support (set training.dtype: float32)")
+    visible = torch.cuda.device_count()
+    if one_gpu and visible > 1 and "WORLD_SIZE" not in os.environ:
+        raise ValueError(f"device: {visible} GPUs are visible, and a training job runs on one: "
+                         "give each job one GPU (CUDA_VISIBLE_DEVICES, or the SLURM profile's "
+                         "gpu: 1)")
+    torch.set_float32_matmul_precision("high")
     return device
