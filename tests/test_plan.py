@@ -27,11 +27,11 @@ def test_one_step_and_the_floor_by_hand():
     rows, p, g = 8, 16, 24
     # rollout: a prefill of the prompt (logits at its last position), then one cached decode
     # per further token; learning: forward + backward over prompt + completion, the LM head at
-    # every position but the last (TRL's plain path)
+    # the g completion positions (on every device: executed FLOPs alone follow TRL's head)
     one_rollout = F.forward_flops(arch, p, logits=1, lora=lora) + sum(
         F.forward_flops(arch, 1, past=p + j - 1, logits=1, lora=lora) for j in range(1, g))
     assert F.generate_flops(arch, p, g, lora=lora) == one_rollout
-    rollout, learning = rows * one_rollout, rows * F.train_flops(arch, p + g, logits=p + g - 1,
+    rollout, learning = rows * one_rollout, rows * F.train_flops(arch, p + g, logits=g,
                                                                  lora=lora)
     cost = step_cost(arch, rows=rows, prompt_len=p, completion_len=g, lora=lora)
     assert (cost.rollout, cost.reward, cost.learning, cost.reuse_learning) == (
@@ -51,9 +51,9 @@ def test_steps_a_budget_buys_with_batch_reuse():
     arch, lora = F.resolve_arch("nano"), F.LoraSpec(4, F.ALL_PROJECTIONS)
     rows, p, g = 8, 16, 24
     rollout = F.batch_generate_flops(arch, [p] * rows, [g] * rows, lora=lora)
-    learning = rows * F.train_flops(arch, p + g, logits=p + g - 1, lora=lora)
+    learning = rows * F.train_flops(arch, p + g, logits=g, lora=lora)
     # with batch reuse, the generation step also computes the old log-probs: one forward
-    old_logps = rows * F.forward_flops(arch, p + g, logits=p + g - 1, lora=lora)
+    old_logps = rows * F.forward_flops(arch, p + g, logits=g, lora=lora)
     cost = step_cost(arch, rows=rows, prompt_len=p, completion_len=g, lora=lora,
                      num_iterations=2)
     assert (cost.rollout, cost.learning, cost.reuse_learning, cost.reward) == (

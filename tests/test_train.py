@@ -379,46 +379,102 @@ def test_mlflow_off_leaves_files_complete(reference_run):
         assert (run_dir / name).exists()
 
 
-def test_meter_matches_flop_counter(tiny_base, tmp_path, monkeypatch):
-    """Per-phase executed FLOPs of the online meter vs FlopCounterMode around the same
-    phases, eager attention, a generation step and a reuse step."""
-    from torch.utils.flop_counter import FlopCounterMode
+@pytest.fixture(scope="module")
+def tiny_prm(tiny_base):
+    """A random-init 2-label token classifier on the policy's tokenizer: a PRM reward."""
+    from transformers import Qwen2ForTokenClassification
 
+    from race.data.tokenizer import load_tokenizer
+    from race.policy.ladder import ladder_config
+
+    path = tiny_base / "prm"
+    tok = load_tokenizer(tiny_base / "base")
+    config = ladder_config("nano", len(tok), pad_token_id=tok.pad_token_id)
+    config.num_labels = 2
+    torch.manual_seed(1)
+    Qwen2ForTokenClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("case", [
+    dict(attn_implementation="eager"),  # batch reuse (ALLOC: num_iterations 2), rule reward
+    dict(attn_implementation="sdpa", beta=0.04, gradient_checkpointing=True),
+    dict(attn_implementation="eager", beta=0.04, num_iterations=1),
+    dict(attn_implementation="sdpa", reward="prm"),
+    dict(attn_implementation="eager", reward="rule+prm", num_iterations=1),
+], ids=["mu2-eager", "beta-ckpt-mu2-sdpa", "beta-eager", "prm-mu2-sdpa", "rule+prm-eager"])
+def test_meter_matches_flop_counter(tiny_base, tiny_prm, tmp_path, monkeypatch, case):
+    """Every step's executed FLOPs, phase by phase, equal what torch counts around the same
+    phases (race.flops.counter.count_flops: every SDPA kernel, and the in-place addmm_ of TRL's
+    log-prob head backward) -- exactly, for batch reuse, a reference forward, gradient
+    checkpointing and a PRM reward. The model FLOPs of every learning row are the analytic count
+    of its rows' real tokens, the head at their completion positions."""
+    from race.flops import analytic as F
+    from race.flops.counter import count_flops
     from race.grpo import run as train_mod
 
-    measured = {"rollout": 0, "step": 0}
+    case = dict(case)
+    alloc = replace(ALLOC, beta=case.pop("beta", 0.0),
+                    num_iterations=case.pop("num_iterations", ALLOC.num_iterations))
+    kind = case.pop("reward", "rule")
+    reward = {"type": kind} if kind == "rule" else {"type": kind, "prm": str(tiny_prm)}
+    measured: list[dict] = []
+    shapes: list = []
     base_cls = train_mod.metered_trainer_class
 
     def counting_class():
         cls = base_cls()
 
         class Counting(cls):
-            # One counter per step (nested counters double count); the rollout is read off
-            # the running total before and after generation.
-            def _generate(self, *a, **k):
-                before = self._counter.get_total_flops()
-                out = super()._generate(*a, **k)
-                measured["rollout"] += self._counter.get_total_flops() - before
+            # One counter per step (nested counters double count); rollout and reward are read
+            # off the running total around their seams.
+            def _around(self, phase, method, *a, **k):
+                before = self._count.so_far()
+                out = method(*a, **k)
+                self._phases[phase] += self._count.so_far() - before
                 return out
 
+            def _generate(self, *a, **k):
+                return self._around("rollout", super()._generate, *a, **k)
+
+            def _calculate_rewards(self, *a, **k):
+                return self._around("reward", super()._calculate_rewards, *a, **k)
+
             def training_step(self, *a, **k):
-                self._counter = FlopCounterMode(display=False)
-                with self._counter:
+                self._phases = {"rollout": 0, "reward": 0}
+                with count_flops() as fc:
+                    self._count = fc
                     out = super().training_step(*a, **k)
-                measured["step"] += self._counter.get_total_flops()
+                learning = fc.total - self._phases["rollout"] - self._phases["reward"]
+                measured.append({**self._phases, "learning": learning})
+                shapes.append(self.race_last_shapes)
                 return out
 
         return Counting
 
     monkeypatch.setattr(train_mod, "metered_trainer_class", counting_class)
-    job = make_job(tiny_base, tmp_path / "cell", [B1], attn_implementation="eager")
+    job = make_job(tiny_base, tmp_path / "cell", [B1], alloc=alloc, reward=reward,
+                   results_dir=str(tiny_base), **case)
     run_training(job)
-    totals = Ledger.load(tmp_path / "cell" / "ledger.json").totals()
-    rollout = totals["rollout"]["executed_flops"]
-    learning = totals["learning"]["executed_flops"]
-    assert measured["rollout"] == pytest.approx(rollout, rel=0.01)
-    assert measured["step"] - measured["rollout"] == pytest.approx(learning, rel=0.01)
-    assert totals["reward"]["executed_flops"] == 0  # rule reward
+    rows = Ledger.load(tmp_path / "cell" / "ledger.json").rows
+    ledger = [{r.phase: r.executed_flops for r in rows if r.step == step}
+              for step in range(1, len(measured) + 1)]
+    assert [{p: row.get(p, 0) for p in ("rollout", "reward", "learning")} for row in ledger] \
+        == measured
+    assert any(m["reward"] for m in measured) == (kind != "rule")
+    arch = F.resolve_arch(str(tiny_base / "base"))
+    reuse = alloc.num_iterations > 1
+    learning = sorted((r for r in rows if r.phase == "learning"), key=lambda r: r.step)
+    for step, (row, batch) in enumerate(zip(learning, shapes, strict=True), 1):
+        generating = (step - 1) % alloc.num_iterations == 0
+        pairs = list(zip(batch.prompt_lens, batch.completion_lens, strict=True))
+        model = sum(F.train_flops(arch, p + g, logits=g, lora=alloc.lora,
+                                  grad_ckpt=job.gradient_checkpointing) for p, g in pairs)
+        no_grad = [None] * (alloc.beta > 0) + [alloc.lora] * reuse
+        model += generating * sum(F.forward_flops(arch, p + g, logits=g, lora=lora)
+                                  for lora in no_grad for p, g in pairs)
+        assert row.model_flops == model
 
 
 def test_allocation_rejects_bad_values():

@@ -222,9 +222,11 @@ LM head (d × V, tied or not; the embedding lookup is free), 2 FLOPs per weight 
 forward pass plus causal attention, 4·L·H·d_h·c for a token attending to c keys. Biases, norms, \
 rotary, softmax and activations are not counted (well under 1%). **Model FLOPs**, what a cell's \
 budget is charged and what every FLOP axis and column here shows (`flops_*`), count real tokens \
-only, causal attention, and logits only where they are computed. **Executed FLOPs** \
-(`exec_flops_*`) are what the hardware did: padding, full attention blocks and recomputation \
-included; they are never smaller and serve only for utilisation. The backward pass follows \
+only, causal attention, and logits only where they are used (the update's head at the \
+completion positions, generation's at each new token): the same count on every device. \
+**Executed FLOPs** (`exec_flops_*`) are what the hardware did: padding, full attention blocks, \
+logits the kernels computed anyway and recomputation included; they are never smaller and \
+serve only for utilisation. The backward pass follows \
 autograd: a frozen layer costs only the gradient of its input where one is needed, a trainable \
 weight adds its own gradient, and LoRA adapters add 2·r·(d_in + d_out) FLOPs per token per \
 adapted module to every forward, generation included.

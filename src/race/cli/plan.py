@@ -3,10 +3,9 @@
     race plan SIZE --budget B [--prompts P] [--generations G] [--iterations MU]
               [--prompt-len T] [--completion-len C] [--lora-rank R] [--lora-targets q_proj,...]
               [--beta BETA] [--grad-ckpt] [--prm SIZE]
-              [--mean-completion M] [--flops-per-second S] [--head all|completion] [--json]
+              [--mean-completion M] [--flops-per-second S] [--json]
     race plan --config CONFIG --size SIZE --alloc NAME [--reward NAME] [--budget B]
               [--prompt-len T] [--prm ARCH] [--mean-completion M] [--flops-per-second S]
-              [--head ...]
 
 SIZE is a ladder size (nano, micro, mini), a known architecture (``Qwen2.5-1.5B``, any case, or
 ``Qwen/Qwen2.5-1.5B``) or a model folder. With ``--config`` the rows (prompts x generations),
@@ -74,10 +73,6 @@ def add_arguments(p) -> None:
     p.add_argument("--flops-per-second", type=float,
                    help="ASSUMED sustained model FLOP/s, for the time (e.g. 0.3 * 989e12 = "
                         "2.967e14: 30%% of an H100's dense bf16 peak)")
-    p.add_argument("--head", choices=("all", "completion"), default="all",
-                   help="LM-head positions of the update: all (TRL's plain path, the CPU "
-                        "trainer; the larger count, default) or completion only (TRL's fused "
-                        "head on a GPU with Triton)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -161,7 +156,7 @@ def _request(args) -> dict:
     return {"size": _size(size), "rows": req["prompts"] * req["generations"], **req}
 
 
-def _header(req: dict, arch, head: str) -> str:
+def _header(req: dict, arch) -> str:
     lora = req["lora"]
     reward = (f"{'ORM' if req['reward_head'] == 'sequence' else 'PRM'} {req['reward_model']}"
               if req["reward_model"] else "rule verifier (0 FLOPs)")
@@ -170,10 +165,10 @@ def _header(req: dict, arch, head: str) -> str:
             f"({req['prompt_len']} prompt + {req['completion_len']} completion) tokens, "
             f"{req['num_iterations']} update(s) per generation batch, LoRA rank {lora.rank} on "
             f"{len(lora.targets)} projection(s), beta {req['beta']:g}"
-            f"{', gradient checkpointing' if req['grad_ckpt'] else ''}, reward {reward}, LM head "
-            f"at {head} positions\n"
+            f"{', gradient checkpointing' if req['grad_ckpt'] else ''}, reward {reward}\n"
             "model FLOPs: real tokens, causal attention, the LoRA policy's forward + backward "
-            "(frozen base); a run stops before a step that could overrun the budget")
+            "(frozen base), logits at the completion positions; a run stops before a step that "
+            "could overrun the budget")
 
 
 def run(args) -> int:
@@ -196,7 +191,7 @@ def run(args) -> int:
     shapes = {"rows": req["rows"], "prompt_len": req["prompt_len"], "lora": req["lora"],
               "beta": req["beta"], "num_iterations": req["num_iterations"],
               "reward_arch": reward_arch, "reward_head": req["reward_head"],
-              "grad_ckpt": req["grad_ckpt"], "head_all_positions": args.head == "all"}
+              "grad_ckpt": req["grad_ckpt"]}
     worst = step_cost(arch, completion_len=req["completion_len"], **shapes)
     cases = {f"worst case (every completion at the {req['completion_len']}-token cap: what "
              "the budget stop reserves, so the fewest steps)": plan(
@@ -211,11 +206,11 @@ def run(args) -> int:
                           "prompt_len": req["prompt_len"],
                           "completion_len": req["completion_len"],
                           "num_iterations": req["num_iterations"],
-                          "reward_model": req["reward_model"], "head": args.head,
+                          "reward_model": req["reward_model"],
                           "worst": cases[next(iter(cases))],
                           "typical": next(iter(list(cases.values())[1:]), None)}))
         return 0
-    print(_header(req, arch, args.head))
+    print(_header(req, arch))
     for label, result in cases.items():
         print(format_plan(result, label))
     return 0

@@ -418,7 +418,8 @@ def checkpoint_recompute_flops(arch: Arch, n_tokens: int, *, lora: LoraSpec | No
 
 def train_flops(arch: Arch, n_tokens: int, *, logits: int | None = None,
                 lora: LoraSpec | None = None, grad_ckpt: bool = False,
-                attention: str = "causal", inputs_require_grad: bool | None = None) -> int:
+                attention: str = "causal", inputs_require_grad: bool | None = None,
+                head_recompute: bool = False) -> int:
     """Forward + backward of one training sequence (+ the checkpoint recompute).
 
     With ``grad_ckpt`` the backward also re-runs the layers (:func:`checkpoint_recompute_flops`)
@@ -427,6 +428,9 @@ def train_flops(arch: Arch, n_tokens: int, *, logits: int | None = None,
     embedding output requires grad, so under LoRA the layers below the lowest adapter are
     differentiated as well. ``inputs_require_grad`` overrides that (default: ``grad_ckpt``).
     Note: checkpointing is not free in FLOPs -- it is charged, as docs/design.md requires.
+    ``head_recompute``: the backward recomputes the ``logits`` positions' logits before their
+    input gradient, one more head pass (TRL's chunked log-prob head, which keeps no logits
+    between its forward and backward): executed FLOPs, not a model FLOP of the algorithm.
     """
     if inputs_require_grad is None:
         inputs_require_grad = grad_ckpt
@@ -435,6 +439,8 @@ def train_flops(arch: Arch, n_tokens: int, *, logits: int | None = None,
                          inputs_require_grad=inputs_require_grad)
     recompute = (checkpoint_recompute_flops(arch, n_tokens, lora=lora, attention=attention)
                  if grad_ckpt else 0)
+    if head_recompute:
+        recompute += _head(arch) * _logits(n_tokens, logits)
     return fwd + bwd + recompute
 
 

@@ -13,6 +13,11 @@ kernel that depends on the device: on a CPU ``aten._scaled_dot_product_flash_att
   Qwen2.5 model ("query/key/value shapes are incompatible"). :func:`count_flops` therefore maps
   the CUDA kernels to the formulas here, whatever the torch version.
 
+- Torch registers ``aten.addmm`` but not its in-place ``aten.addmm_``, which TRL's chunked
+  log-prob head uses for the hidden-state gradient on the CPU (``acc.addmm_(a, b)``): uncounted,
+  that is one LM-head pass per trained position lost. :func:`count_flops` maps it to torch's
+  own ``addmm`` formula.
+
 One convention for all of them, torch's own for its SDPA kernels:
 
 - forward: the two attention matmuls over the full block, ``2 * (2·B·H_q·S_q·S_k·d)``, whatever
@@ -109,12 +114,23 @@ def cuda_sdpa_formulas() -> dict:
             **{op: sdpa_backward_flops for op in CUDA_SDPA_BACKWARD}}
 
 
+def addmm_inplace_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """``acc.addmm_(a, b)``: the product ``a @ b`` (the accumulation is not a matmul)."""
+    (rows, inner), (_, cols) = a_shape, b_shape
+    return 2 * rows * inner * cols
+
+
 @dataclass
 class FlopCount:
     """Result holder of :func:`count_flops`; ``total`` is filled when the block exits."""
 
     total: int = 0
     by_op: dict[str, int] | None = None
+    _mode: _fc.FlopCounterMode | None = None
+
+    def so_far(self) -> int:
+        """The running total inside the block (e.g. around one phase of a training step)."""
+        return int(self._mode.get_total_flops()) if self._mode is not None else self.total
 
 
 @contextmanager
@@ -133,7 +149,9 @@ def count_flops(display: bool = False) -> Iterator[FlopCount]:
     """
     register_cpu_sdpa_formulas()
     result = FlopCount()
-    mode = _fc.FlopCounterMode(display=display, custom_mapping=cuda_sdpa_formulas())
+    mapping = {**cuda_sdpa_formulas(), _aten.addmm_: addmm_inplace_flops}
+    mode = _fc.FlopCounterMode(display=display, custom_mapping=mapping)
+    result._mode = mode
     with mode:
         yield result
     result.total = int(mode.get_total_flops())

@@ -11,14 +11,19 @@ rollout   a generation step only: ``model.generate`` of every completion by the 
           one cached decode per further token. Reuse steps (``num_iterations > 1``) generate
           nothing and charge no rollout.
 learning  every step: policy forward + backward over prompt + completion; gradient-checkpoint
-          recompute when it is on. The LM head runs where TRL's fused head runs it: with Triton
-          (GPUs) only at the positions whose next label is a real completion token; elsewhere
-          (CPU) at every position but the last of each row, padding included (measured: TRL
-          1.16 scores all positions off Triton and masks afterwards). Model FLOPs count the
-          head at real positions only, executed FLOPs at every position it ran. A generation
-          step also charges the reference forward when ``beta > 0`` (adapter disabled: no LoRA
-          cost, no backward) and the old-policy log-prob forward when ``num_iterations > 1``
-          (with adapters, no backward).
+          recompute when it is on. A generation step also charges the reference forward when
+          ``beta > 0`` (adapter disabled: no LoRA cost, no backward) and the old-policy
+          log-prob forward when ``num_iterations > 1`` (with adapters, no backward).
+
+The LM head of the learning phase. Model FLOPs charge it where the loss needs logits -- the
+``g`` positions whose next token is a completion token -- forward, and backward to its input
+(the head is frozen): the same on every device, so a budget buys the same steps on a CPU and a
+GPU. Executed FLOPs follow TRL 1.16's chunked log-prob head (``trl.kernels.chunked_logprob``):
+it scores only those positions on a Triton device (GPUs) but every position except each row's
+last elsewhere (CPU), padding included, and its backward recomputes the logits before the input
+gradient, so a position that is differentiated costs three head passes, not two (read from its
+source, and measured: ``tests/test_train.py`` counts ``addmm_`` too). The no-grad log-prob
+forwards (reference, old policy) run the head once.
 reward    the reward functions' own ledgers (a PRM or ORM forward; a rule verifier is 0 FLOPs,
           its wall time is still recorded).
 
@@ -97,19 +102,17 @@ class StepMeter:
         return PhaseFlops(model, executed, sum(b.completion_lens))
 
     # ------------------------------------------------------------------ learning
-    def _logits(self, p: int, g: int, width: int | None = None) -> int:
-        """LM-head positions of one row: real (``width`` None) or as executed."""
-        if not self.head_all_positions:
-            return g
-        return (width if width is not None else p + g) - 1
+    def _executed_logits(self, g: int, width: int) -> int:
+        """LM-head positions TRL's head ran for a row of ``g`` completion tokens in a batch
+        ``width`` wide (module docstring); the model count is ``g`` on every device."""
+        return width - 1 if self.head_all_positions else g
 
     def _forward_pair(self, b: BatchShapes, lora: LoraSpec | None) -> tuple[int, int]:
         """A no-grad log-prob forward (reference or old policy) over the batch."""
         width = b.padded_prompt_len + b.completion_width
         rows = list(zip(b.prompt_lens, b.completion_lens, strict=True))
-        model = sum(flops.forward_flops(self.arch, p + g, logits=self._logits(p, g), lora=lora)
-                    for p, g in rows)
-        executed = sum(flops.forward_flops(self.arch, width, logits=self._logits(p, g, width),
+        model = sum(flops.forward_flops(self.arch, p + g, logits=g, lora=lora) for p, g in rows)
+        executed = sum(flops.forward_flops(self.arch, width, logits=self._executed_logits(g, width),
                                            lora=lora, attention=self.executed_attention)
                        for p, g in rows)
         return model, executed
@@ -117,12 +120,12 @@ class StepMeter:
     def learning(self, b: BatchShapes, generation_step: bool) -> PhaseFlops:
         width = b.padded_prompt_len + b.completion_width
         rows = list(zip(b.prompt_lens, b.completion_lens, strict=True))
-        model = sum(flops.train_flops(self.arch, p + g, logits=self._logits(p, g),
-                                      lora=self.lora, grad_ckpt=self.grad_ckpt)
+        model = sum(flops.train_flops(self.arch, p + g, logits=g, lora=self.lora,
+                                      grad_ckpt=self.grad_ckpt)
                     for p, g in rows)
-        executed = sum(flops.train_flops(self.arch, width, logits=self._logits(p, g, width),
+        executed = sum(flops.train_flops(self.arch, width, logits=self._executed_logits(g, width),
                                          lora=self.lora, grad_ckpt=self.grad_ckpt,
-                                         attention=self.executed_attention)
+                                         attention=self.executed_attention, head_recompute=True)
                        for p, g in rows)
         tokens = sum(b.prompt_lens) + sum(b.completion_lens)
         if generation_step:

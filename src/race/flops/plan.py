@@ -22,9 +22,8 @@ in race.grpo.run):
   each row's prompt + completion + the one separator it may append, an ORM (``reward_head=
   "sequence"``) its prompt + completion -- the bound of race.feedback.models for a feedback
   model sharing the policy's tokenizer (no re-tokenisation, no chat template).
-* LM head: at every position of the learning forward (``head_all_positions``: TRL's plain
-  path, what the CPU trainer charges, the larger count) or at the completion positions only
-  (TRL's fused head on a GPU with Triton).
+* LM head: at the completion positions of the learning forward, on every device (executed
+  FLOPs, which this module does not plan, follow the device: race.flops.meter).
 * Time: model FLOPs / an assumed sustained FLOP/s -- an assumption stated by the caller, not a
   measurement (on a GPU, generation runs far below peak: docs/design.md §8).
 """
@@ -60,11 +59,10 @@ class StepCost:
 def step_cost(arch: F.Arch, *, rows: int, prompt_len: int, completion_len: int,
               lora: F.LoraSpec | None, beta: float = 0.0, num_iterations: int = 1,
               reward_arch: F.Arch | None = None, reward_head: str = "token",
-              grad_ckpt: bool = False, head_all_positions: bool = True) -> StepCost:
+              grad_ckpt: bool = False) -> StepCost:
     """Per-phase model FLOPs of a step with every row at ``prompt_len + completion_len``,
     through the trainer's meter (:class:`StepMeter`, :meth:`BatchShapes.worst_case`)."""
-    meter = StepMeter(arch, lora, beta=beta, num_iterations=num_iterations,
-                      grad_ckpt=grad_ckpt, head_all_positions=head_all_positions)
+    meter = StepMeter(arch, lora, beta=beta, num_iterations=num_iterations, grad_ckpt=grad_ckpt)
     shapes = BatchShapes.worst_case(rows, prompt_len, completion_len)
     reward = 0
     if reward_arch is not None:
