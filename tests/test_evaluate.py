@@ -5,7 +5,7 @@ determinism, the eval.json schema, and the CLI with MLflow."""
 import json
 import math
 import random
-from dataclasses import replace
+from dataclasses import astuple, replace
 from pathlib import Path
 
 import pytest
@@ -239,21 +239,27 @@ def _count(evaluator, fn):
     return result, fc.total
 
 
-@pytest.mark.parametrize("merge", [True, False])
-def test_eval_flops_match_flop_counter(root, merge):
-    """Greedy in_pass1 with eager attention: the ledger's executed FLOPs are what torch ran."""
+@pytest.mark.parametrize("merge, attn", [(True, "eager"), (False, "eager"), (True, "sdpa"),
+                                         (False, "sdpa")])
+def test_eval_flops_match_flop_counter(root, merge, attn):
+    """Greedy in_pass1 and the sampled pool of sampled_pass1, merged adapters or not, eager or
+    SDPA attention: the ledger's executed FLOPs are exactly what torch ran."""
     from race.data.task import load_jsonl
 
-    spec = replace(SMALL, attn_implementation="eager", merge_adapter=merge)
+    spec = replace(SMALL, attn_implementation=attn, merge_adapter=merge)
     rung = next((root / "runs").rglob("budget~*"))
-    snap = load_snapshot(root / "base", rung, merge=merge, attn_implementation="eager")
+    snap = load_snapshot(root / "base", rung, merge=merge, attn_implementation=attn)
     evaluator = Evaluator(snap, load_jsonl(root / "data" / "eval_in.jsonl"), [], spec)
+    sampled, sampled_measured = _count(evaluator, lambda e: e.sampled_pass1())
+    assert sampled.samples == spec.sampled_prompts * spec.sampled_k
+    assert sampled.flops.executed == sampled_measured
     result, measured = _count(evaluator, lambda e: e.pass1(e.eval_in[:spec.n_in],
                                                            spec.max_new_tokens))
     assert result.n == 10 and result.samples == 10
-    assert abs(result.flops.executed - measured) <= 0.01 * measured
+    assert result.flops.executed == measured
     assert result.flops.model < result.flops.executed
-    assert evaluator.executed_total == result.flops
+    assert evaluator.executed_total == PhaseFlops(
+        *(a + b for a, b in zip(astuple(sampled.flops), astuple(result.flops), strict=True)))
     if not merge:  # the unmerged adapters' FLOPs are charged (~3% here): without them the
         # same greedy generation would be estimated more than 1% low
         plain = Evaluator(replace(snap, lora=None), evaluator.eval_in, [], spec)

@@ -457,6 +457,43 @@ def test_qwen_math_chat_template_conversation(tmp_path):
     assert prm.template_tokens > 0
 
 
+def _two_digit_tokenizer():
+    """A policy tokenizer whose numbers 10-99 are single tokens: one policy token can become
+    two characters of a character-level feedback model."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pieces = ["<pad>", "<unk>", "<eos>", *dict.fromkeys(ALPHABET),
+              *(str(n) for n in range(10, 100))]
+    core = Tokenizer(models.WordLevel(vocab={t: i for i, t in enumerate(pieces)},
+                                      unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"\d\d|[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", unk_token="<unk>",
+                                   eos_token="<eos>")
+
+
+def test_bound_covers_a_prm_that_reads_more_tokens_than_the_policy(tmp_path):
+    """The budget stop's reward bound when the PRM tokenizes differently: a two-digit policy
+    token is two PRM tokens (expansion 2), and the PRM's chat template adds its own tokens; a
+    call on the worst rows (all two-digit numbers) stays within the bound."""
+    template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    _save_qwen_math(tmp_path, _qwen_math_tokenizer(template=template))
+    policy = _two_digit_tokenizer()
+    reward = build_model_reward({"type": "prm", "prm": str(tmp_path)}, tokenizer=policy)
+    assert reward.model.expansion == 2 and reward.model.template_tokens > 0
+    prompt, completion = "17+18+11=?\n", "17+18=35\n35+11=46\n#### 46"
+    lengths = [len(policy(t, add_special_tokens=False)["input_ids"]) for t in (prompt, completion)]
+    assert lengths == [8, 18]  # 11 and 26 PRM characters: more PRM tokens than policy tokens
+    rows = 3
+    reward([prompt] * rows, [completion] * rows)
+    spent = reward.consume()
+    assert 0 < spent.model <= reward.bound(rows, *lengths)
+    # The same call bounded as if the PRM read the policy's tokens would be too low.
+    same = rows * reward.model.ledger.row_flops(sum(lengths) + 1)
+    assert spent.model > same
+
+
 def test_qwen_math_without_step_token_fails_at_load(tmp_path):
     tok = build_tokenizer()  # no <extra_0>
     QwenMathPRMModule(_tiny_config(len(tok), tok.pad_token_id)).save_pretrained(tmp_path)

@@ -129,6 +129,18 @@ def test_budget_semantics_and_nested_rungs(tiny_base, reference_run):
     assert summary["model_flops"] == large["model_flops"]
 
 
+def test_a_rung_is_the_run_launched_with_that_budget(tiny_base, reference_run, tmp_path):
+    """The nested-rung claim itself: the smaller rung of a run (batch reuse included) has the
+    ledger and the adapter of a run launched with that rung as its only budget."""
+    run_dir, _ = reference_run
+    alone = tmp_path / "alone"
+    run_training(make_job(tiny_base, alone, [B1]))
+    assert flops_rows(read_rung(alone, B1)) == flops_rows(read_rung(run_dir, B1))
+    nested, single = adapter_tensors(run_dir, B1), adapter_tensors(alone, B1)
+    assert nested.keys() == single.keys()
+    assert all(torch.equal(nested[k], single[k]) for k in nested)
+
+
 def test_budget_below_one_step_is_rejected_before_training(tiny_base, tmp_path):
     run_dir = tmp_path / "cell"
     with pytest.raises(BudgetError, match=r"budget rung 1e6 FLOPs is smaller than one"):
