@@ -10,8 +10,12 @@ path of this script without a GPU; its numbers say nothing about a GPU.
 Prints, in order (nothing is asserted):
 
 1. the device: torch and CUDA versions, the GPU's name and compute capability;
-2. ``race train``'s policy: the device and dtype of its (non-LoRA) weights at every training
-   step, with ``device: auto`` and ``training.dtype: bfloat16`` on the GPU (float32 on the CPU);
+2. where the models compute, with ``device: auto`` and ``training.dtype: bfloat16`` on the GPU
+   (float32 on the CPU): inside ``race train`` (a ``rule+prm`` reward on a tiny random PRM,
+   gradient checkpointing on, as ``configs/qwen2.5.yaml`` has it) the device and dtype of the
+   policy's non-LoRA weights, of its LoRA weights and of the PRM at every training step; then
+   ``race evaluate``'s policy and PRM, and the evaluation's targets and wall time (a few
+   prompts, the PRM's best-of-n included);
 3. FLOP fidelity on the Qwen2.5-0.5B architecture (random init, ``race.known_configs``):
    torch's ``FlopCounterMode`` (through ``race.flops.counter.count_flops``) over the analytic
    executed count, for a forward, full and LoRA training steps, a KV-cached generate and a
@@ -58,18 +62,45 @@ def reference_policy(tok):
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
 
 
-def policy_inside_race_train(job: TrainJob, steps: int) -> set[tuple[str, str]]:
-    """{(device, dtype)} of the policy's non-LoRA weights at every training step of ``job``."""
+def tiny_prm(root: Path, base: Path) -> Path:
+    """A random-init 2-label token classifier (the ladder's nano shape) on the policy's
+    tokenizer: a PRM whose device and dtype can be followed."""
+    from transformers import Qwen2ForTokenClassification
+
+    from race.data.tokenizer import load_tokenizer
+    from race.policy.ladder import ladder_config
+
+    tok = load_tokenizer(base)
+    config = ladder_config("nano", len(tok), pad_token_id=tok.pad_token_id)
+    config.num_labels = 2
+    torch.manual_seed(1)
+    Qwen2ForTokenClassification(config).save_pretrained(root / "prm")
+    tok.save_pretrained(root / "prm")
+    return root / "prm"
+
+
+def _placements(named) -> set[tuple[str, str]]:
+    return {(str(p.device), str(p.dtype)) for _, p in named}
+
+
+def models_inside_race_train(job: TrainJob, steps: int) -> dict[str, set]:
+    """{model: {(device, dtype)}} at every training step of ``job``: the policy's base and LoRA
+    weights and, for a model reward, the feedback model's."""
     import race.grpo.run as rt
 
-    seen: set[tuple[str, str]] = set()
+    seen: dict[str, set] = {"policy": set(), "policy LoRA": set(), "reward model": set()}
     original = rt.metered_trainer_class
 
     def spying():
         class Spy(original()):
             def training_step(self, model, *args, **kwargs):
-                seen.update((str(p.device), str(p.dtype))
-                            for n, p in model.named_parameters() if "lora_" not in n)
+                params = list(model.named_parameters())
+                seen["policy"] |= _placements(p for p in params if "lora_" not in p[0])
+                seen["policy LoRA"] |= _placements(p for p in params if "lora_" in p[0])
+                for reward in self.reward_funcs:
+                    if hasattr(reward, "model"):
+                        seen["reward model"] |= _placements(
+                            reward.model.model.named_parameters())
                 return super().training_step(model, *args, **kwargs)
 
         return Spy
@@ -80,6 +111,37 @@ def policy_inside_race_train(job: TrainJob, steps: int) -> set[tuple[str, str]]:
     finally:
         rt.metered_trainer_class = original
     return seen
+
+
+def models_inside_race_evaluate(root: Path, base: Path, prm: Path, device: str,
+                                dtype: str) -> tuple[dict[str, set], dict]:
+    """{model: {(device, dtype)}} of the policy and the PRM ``evaluate`` loads, and its payload
+    (a few prompts of every target)."""
+    import race.evaluation.evaluate as ev
+    from race.study.specs import EvalSpec
+
+    seen: dict[str, set] = {"policy": set(), "PRM": set()}
+    load_snapshot, resolve_prm = ev.load_snapshot, ev._resolve_prm
+
+    def spy_snapshot(*args, **kwargs):
+        snap = load_snapshot(*args, **kwargs)
+        seen["policy"] |= _placements(snap.model.named_parameters())
+        return snap
+
+    def spy_prm(*args, **kwargs):
+        scorer, name = resolve_prm(*args, **kwargs)
+        seen["PRM"] |= _placements(scorer.model.named_parameters())
+        return scorer, name
+
+    spec = EvalSpec(n_in=8, n_ood=4, sample_prompts=4, k=4, bon_n=4, native_prompts=4,
+                    native_samples=2, sampled_prompts=4, sampled_k=2, bootstrap_reps=100)
+    ev.load_snapshot, ev._resolve_prm = spy_snapshot, spy_prm
+    try:
+        payload = ev.evaluate(base, root / "data", root / "eval.json", spec,
+                              reward={"type": "rule"}, prm=str(prm), dtype=dtype, device=device)
+    finally:
+        ev.load_snapshot, ev._resolve_prm = load_snapshot, resolve_prm
+    return seen, payload
 
 
 def fidelity(device: str) -> None:
@@ -150,9 +212,20 @@ def main() -> None:
         job = TrainJob(base=str(base), train_data=str(data), run_dir=str(root / "runs"),
                        rungs=[1e18], alloc=ALLOC, save_every=10, run_key="gpu-check",
                        dtype=dtype, device=device)
-        seen = policy_inside_race_train(replace(job, run_dir=str(root / "spy")), 2)
-        print(f"race train policy (device: {device}, training.dtype: {dtype}): "
-              f"{sorted(seen)}", flush=True)
+        prm = tiny_prm(root, base)
+        spy = replace(job, run_dir=str(root / "spy"), gradient_checkpointing=True,
+                      reward={"type": "rule+prm", "prm": str(prm)}, results_dir=str(root))
+        print(f"race train (device: {device}, training.dtype: {dtype}, rule+prm reward, "
+              "gradient checkpointing):", flush=True)
+        for name, placed in models_inside_race_train(spy, 2).items():
+            print(f"  {name}: {sorted(placed)}", flush=True)
+        seen, payload = models_inside_race_evaluate(root, base, prm, device, dtype)
+        print(f"race evaluate (device: {device}, training.dtype: {dtype}, {payload['wall_s']:.1f}"
+              " s):", flush=True)
+        for name, placed in seen.items():
+            print(f"  {name}: {sorted(placed)}", flush=True)
+        print("  " + ", ".join(f"{t} {r['acc']:.3f}" for t, r in payload["targets"].items()
+                               if r.get("acc") is not None), flush=True)
         print("FLOP fidelity (FlopCounterMode / analytic executed):", flush=True)
         fidelity(device)
         vanilla_times, race_times = paired(job, args.steps, args.rounds, device)

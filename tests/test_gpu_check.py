@@ -31,8 +31,12 @@ def test_without_a_gpu_it_reports_no_gpu_and_measures_nothing():
 
 def test_cpu_mode_runs_every_part():
     out = _run("--cpu", "--steps", "4", "--rounds", "1")
-    assert "race train policy (device: cpu, training.dtype: float32): [('cpu', 'torch.float32')]" \
-        in out
+    cpu32 = "[('cpu', 'torch.float32')]"
+    assert "race train (device: cpu, training.dtype: float32, rule+prm reward" in out
+    for name in ("policy", "policy LoRA", "reward model", "PRM"):
+        assert f"  {name}: {cpu32}" in out
+    assert re.search(r"race evaluate \(device: cpu, training.dtype: float32, [\d.]+ s\)", out)
+    assert re.search(r"in_pass1 \d\.\d{3}, .*prm_bon \d\.\d{3}", out)
     ratios = [float(x) for x in re.findall(r"measured / analytic executed (\S+)", out)]
     assert len(ratios) == 16 and all(r == 1.0 for r in ratios)  # 8 phases x eager, sdpa
     assert re.search(r"race train vs TRL GRPOTrainer .* ratio \d+\.\d+", out)
