@@ -223,3 +223,38 @@ def test_a_resolved_config_checks_again(tmp_path, name):
     path = tmp_path / "resolved.yaml"
     path.write_text(yaml.safe_dump(config))
     assert load_config(path) == config
+
+
+def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
+    """The config check's bound on a cell's first step (race check-config, before any compute)
+    is the trainer's own: the policy's worst-case step plus a ladder PRM's reward bound, which
+    the trainer takes from the loaded feedback model."""
+    import torch
+    from transformers import Qwen2ForTokenClassification
+
+    from race.data.tokenizer import load_tokenizer, save_tokenizer
+    from race.feedback.rewards import build_reward
+    from race.flops import analytic as F
+    from race.flops.meter import BatchShapes, StepMeter
+    from race.policy.ladder import ladder_config
+    from race.study.config import first_step_bound, max_prompt_tokens
+    from race.study.specs import allocation
+
+    config = load_config(ROOT / "configs" / "smoke.yaml")
+    tok = load_tokenizer(save_tokenizer(tmp_path / "tok"))
+    prm_config = ladder_config("nano", len(tok), pad_token_id=tok.pad_token_id)
+    prm_config.num_labels = 2
+    torch.manual_seed(0)
+    Qwen2ForTokenClassification(prm_config).save_pretrained(tmp_path / "prm" / "size~nano")
+    tok.save_pretrained(tmp_path / "prm" / "size~nano")
+    reward = build_reward(config["rewards"]["rule+prm"], tokenizer=tok, results_dir=tmp_path)
+    prompt = max_prompt_tokens(config["task"])
+    arch = F.Arch.from_config(ladder_config("nano", len(tok)))
+    for name in config["allocations"]:
+        alloc = allocation(config, name)
+        meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations)
+        worst = BatchShapes.worst_case(alloc.rows, prompt, alloc.max_completion_length)
+        trainer = meter.step_bound(True, worst, None,
+                                   reward.bound(alloc.rows, prompt, alloc.max_completion_length))
+        assert first_step_bound(config, "nano", name, "rule+prm", prompt) == trainer
+        assert first_step_bound(config, "nano", name, "rule", prompt) < trainer

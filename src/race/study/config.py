@@ -286,35 +286,45 @@ def _arch(spec: str):
         return None
 
 
-def smallest_step_check(config: dict) -> None:
-    """Every cell's first rung must afford one step (its worst case: longest prompt, full
-    completions, the reward model included)."""
+def first_step_bound(config: dict, size: str, alloc_name: str, reward_name: str,
+                     max_prompt: int) -> int | None:
+    """The model FLOPs the trainer reserves before a cell's first step (its worst case: prompts
+    of ``max_prompt`` tokens, full completions, the reward model included), or None when the
+    policy's architecture is not known offline."""
     from race.flops import analytic as flops
     from race.flops.meter import BatchShapes, StepMeter
 
+    arch = _arch(size)
+    if arch is None:
+        return None
+    alloc = allocation(config, alloc_name)
+    worst = BatchShapes.worst_case(alloc.rows, max_prompt, alloc.max_completion_length)
+    meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations,
+                      grad_ckpt=config["training"]["gradient_checkpointing"])
+    reward_bound = 0
+    model = reward_model(config["rewards"][reward_name])
+    prm_arch = _arch(model) if model else None
+    if prm_arch is not None:
+        # A ladder PRM reads the policy's characters plus the one separator it appends: the
+        # trainer's own bound (race.feedback.models). Another PRM's tokenizer is not read
+        # here: twice the completion stands in for its tokens.
+        completion = (alloc.max_completion_length + 1 if is_ladder(model)
+                      else 2 * alloc.max_completion_length)
+        reward_bound = alloc.rows * flops.reward_model_flops(prm_arch, max_prompt + completion)
+    return meter.step_bound(True, worst, None, reward_bound)
+
+
+def smallest_step_check(config: dict) -> None:
+    """Every cell's first rung must afford one step (:func:`first_step_bound`)."""
     max_prompt = max_prompt_tokens(config["task"])
     if max_prompt is None:
         return  # prompt lengths are known only once the data is built; race train checks
     first = float(config["budgets"][0])
     for size in config["sizes"]:
-        arch = _arch(size)
-        if arch is None:
-            continue
         for alloc_name in config["allocations"]:
-            alloc = allocation(config, alloc_name)
-            worst = BatchShapes.worst_case(alloc.rows, max_prompt, alloc.max_completion_length)
-            meter = StepMeter(arch, alloc.lora, beta=alloc.beta,
-                              num_iterations=alloc.num_iterations,
-                              grad_ckpt=config["training"]["gradient_checkpointing"])
-            for reward_name, reward in config["rewards"].items():
-                reward_bound = 0
-                model = reward_model(reward)
-                prm_arch = _arch(model) if model else None
-                if prm_arch is not None:
-                    reward_bound = alloc.rows * flops.reward_model_flops(
-                        prm_arch, max_prompt + 2 * alloc.max_completion_length)
-                bound = meter.step_bound(True, worst, None, reward_bound)
-                if bound > first:
+            for reward_name in config["rewards"]:
+                bound = first_step_bound(config, size, alloc_name, reward_name, max_prompt)
+                if bound is not None and bound > first:
                     raise ConfigError(
                         f"budgets[0]: {first:.3g} FLOPs is below one step of cell "
                         f"{cell_key(size, reward_name, alloc_name, 0)} (up to {bound:.3g} "
