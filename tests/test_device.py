@@ -45,20 +45,28 @@ def test_a_visible_gpu_is_taken_with_tf32_matmuls(gpu):
 
 
 def test_a_gpu_the_job_cannot_use_is_refused_by_key(gpu, monkeypatch):
-    """Before anything is loaded: bfloat16 asked for on a GPU without it names training.dtype;
-    several visible GPUs fail a training job (one process, one GPU) unless a launcher set
-    WORLD_SIZE, and never an evaluation, which computes on the first."""
+    """Before anything is loaded, a ConfigError naming the key: bfloat16 asked for on a GPU
+    that only emulates it; for a training job (one process, one GPU), several visible GPUs
+    outside a launch and any distributed launch; never an evaluation, which computes on the
+    first GPU."""
+    from race.study.cells import ConfigError
+
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100")
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    # torch's default counts emulation as support: a V100 answers True unless asked natively
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: including_emulation)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    with pytest.raises(ValueError, match="training.dtype: bfloat16, but Tesla V100 has no"):
+    with pytest.raises(ConfigError, match="training.dtype: bfloat16, but Tesla V100 has no"):
         D.prepare_device("cuda", "bfloat16")
     assert D.prepare_device("cuda", "float32") == "cuda"
-    with pytest.raises(ValueError, match="device: 2 GPUs are visible, and a training job"):
+    with pytest.raises(ConfigError, match="device: 2 GPUs are visible, and a training job"):
         D.prepare_device("auto", "float32", one_gpu=True)
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc_per_node 1
     assert D.prepare_device("auto", "float32", one_gpu=True) == "cuda"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="a distributed launch of 2 processes"):
+        D.prepare_device("auto", "float32", one_gpu=True)
     assert D.prepare_device("cpu", "bfloat16", one_gpu=True) == "cpu"  # the CPU has bfloat16
 
 

@@ -318,7 +318,8 @@ def test_a_rung_added_below_the_checkpoint_retrains_the_run(tiny_base, reference
     assert flops_rows(read_rung(copy, B2))[:len(rung["rows"])] == flops_rows(rung)
 
 
-def test_state_of_another_job_or_damaged_is_not_reused(tiny_base, reference_run, tmp_path):
+def test_state_of_another_job_or_damaged_is_not_reused(tiny_base, reference_run, tmp_path,
+                                                        monkeypatch):
     run_dir, _ = reference_run
     job = make_job(tiny_base, run_dir, [B1, B2])
     other = make_job(tiny_base, run_dir, [B1, B2], alloc=replace(ALLOC, learning_rate=1e-3))
@@ -326,6 +327,13 @@ def test_state_of_another_job_or_damaged_is_not_reused(tiny_base, reference_run,
     assert job_fingerprint(replace(job, run_key="x", tags={"a": 1})) == job_fingerprint(job)
     assert reuse_finished(other, run_dir) is None  # a config change retrains
     assert latest_checkpoint(run_dir, job_fingerprint(other)) is None
+    # so does a change of what a step is charged: ledgers of two conventions never mix
+    from race.grpo import resume
+
+    current = job_fingerprint(job)
+    monkeypatch.setattr(resume, "FLOPS_CONVENTION", resume.FLOPS_CONVENTION + 1)
+    assert job_fingerprint(job) != current and reuse_finished(job, run_dir) is None
+    monkeypatch.undo()
     ckpt = latest_checkpoint(run_dir, job_fingerprint(job))
     assert ckpt is not None
     copy = tmp_path / "cell"

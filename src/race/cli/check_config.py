@@ -6,6 +6,7 @@ save: race.flops.plan.study_plan, each run charged its budget)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 HELP = "validate a study config (schema, cross-field, input files and model folders)"
 
@@ -23,7 +24,8 @@ def run(args) -> int:
         config = load_config(args.config)
     except ConfigError as exc:
         message = str(exc)  # errors reading the file already start with its path
-        prefix = "" if message.startswith(f"{args.config}: ") else f"{args.config}: "
+        read_error = message.startswith(f"{Path(args.config)}: ")
+        prefix = "" if read_error else f"{args.config}: "
         print(prefix + message, file=sys.stderr)
         return 2
     print(f"{args.config}: valid ({len(grid_cells(config))} grid cells, "

@@ -14,7 +14,8 @@ says otherwise (the ``batch_*`` helpers sum over rows). Conventions:
   total at the sizes RACE runs, and torch's ``FlopCounterMode`` -- the reference this model is
   validated against -- does not count them either.
 - **Model FLOPs** (``attention="causal"``, what a budget is charged): real tokens only, a token
-  at position t attends to t keys, logits only where the implementation computes them.
+  at position t attends to t keys, logits only where they are used (an update's completion
+  positions; generation's new tokens), whatever the implementation computes.
 - **Executed FLOPs** (what the kernels did): padded positions included and the attention block
   as the kernel computes it. ``attention="full"`` is the eager implementation (and the masked
   SDPA forward): every new position attends to all keys of its block. ``attention="sdpa"`` is

@@ -14,9 +14,9 @@ kernel that depends on the device: on a CPU ``aten._scaled_dot_product_flash_att
   the CUDA kernels to the formulas here, whatever the torch version.
 
 - Torch registers ``aten.addmm`` but not its in-place ``aten.addmm_``, which TRL's chunked
-  log-prob head uses for the hidden-state gradient on the CPU (``acc.addmm_(a, b)``): uncounted,
-  that is one LM-head pass per trained position lost. :func:`count_flops` maps it to torch's
-  own ``addmm`` formula.
+  log-prob head uses for the hidden-state gradient (``acc.addmm_(a, b)``: on the CPU, and on
+  CUDA in float32): uncounted, that is one LM-head pass per trained position lost.
+  :func:`count_flops` maps it to the product's FLOPs.
 
 One convention for all of them, torch's own for its SDPA kernels:
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.utils import flop_counter as _fc
@@ -126,7 +126,7 @@ class FlopCount:
 
     total: int = 0
     by_op: dict[str, int] | None = None
-    _mode: _fc.FlopCounterMode | None = None
+    _mode: _fc.FlopCounterMode | None = field(default=None, repr=False, compare=False)
 
     def so_far(self) -> int:
         """The running total inside the block (e.g. around one phase of a training step)."""

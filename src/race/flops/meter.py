@@ -14,6 +14,8 @@ learning  every step: policy forward + backward over prompt + completion; gradie
           recompute when it is on. A generation step also charges the reference forward when
           ``beta > 0`` (adapter disabled: no LoRA cost, no backward) and the old-policy
           log-prob forward when ``num_iterations > 1`` (with adapters, no backward).
+reward    the reward functions' own ledgers (a PRM or ORM forward; a rule verifier is 0 FLOPs,
+          its wall time is still recorded).
 
 The LM head of the learning phase. Model FLOPs charge it where the loss needs logits -- the
 ``g`` positions whose next token is a completion token -- forward, and backward to its input
@@ -24,8 +26,6 @@ last elsewhere (CPU), padding included, and its backward recomputes the logits b
 gradient, so a position that is differentiated costs three head passes, not two (read from its
 source, and measured: ``tests/test_train.py`` counts ``addmm_`` too). The no-grad log-prob
 forwards (reference, old policy) run the head once.
-reward    the reward functions' own ledgers (a PRM or ORM forward; a rule verifier is 0 FLOPs,
-          its wall time is still recorded).
 
 Model FLOPs use each row's real tokens with causal attention; executed FLOPs use the padded
 batch the kernels ran on (left-padded prompts, right-padded completions, the full attention
@@ -38,6 +38,11 @@ from dataclasses import dataclass
 
 from race.flops import analytic as flops
 from race.flops.analytic import Arch, LoraSpec
+
+#: The version of what a step is charged. A run's fingerprint carries it, so a run metered
+#: under another version is never resumed or reused (2: the update's LM head at the completion
+#: positions on every device; 1 charged every position on the CPU).
+FLOPS_CONVENTION = 2
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class StepMeter:
         self.beta = beta
         self.num_iterations = num_iterations
         self.grad_ckpt = grad_ckpt
+        # Where TRL's head runs: every position (off Triton, the default: the CPU) or the
+        # completion positions only. It changes executed FLOPs alone (module docstring).
         self.head_all_positions = head_all_positions
         # Executed attention: eager and masked SDPA both compute the full block.
         self.executed_attention = "full" if attn_implementation == "eager" else "sdpa"

@@ -26,6 +26,7 @@ GPU_PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     ("H100 NVL", {}),  # not the SXM part, and not listed here: measured
     ("H100 PCIe", {"bfloat16": 756.0e12, "float32": 378.0e12}),
     ("H100", {"bfloat16": 989.4e12, "float32": 494.7e12}),  # SXM
+    ("H200 NVL", {}),  # not the SXM part, and not listed here: measured
     ("H200", {"bfloat16": 989.4e12, "float32": 494.7e12}),
     ("A100", {"bfloat16": 312.0e12, "float32": 156.0e12}),
 )
@@ -60,8 +61,9 @@ def measured_peak(device: str = "cpu", dtype: str = "float32", size: int = 512,
     timed batches filling about ``seconds`` (after one warm-up matmul)."""
     import torch
 
-    gen = torch.Generator().manual_seed(0)  # not the global RNG: a training seed follows
-    a, b = (torch.randn(size, size, generator=gen).to(device, getattr(torch, dtype))
+    # Not the global RNG (a training seed follows); on the device (8192-wide on a GPU).
+    gen = torch.Generator(device=device).manual_seed(0)
+    a, b = (torch.randn(size, size, generator=gen, device=device, dtype=getattr(torch, dtype))
             for _ in range(2))
     flops = 2 * size ** 3
     best, spent = 0.0, 0.0

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from race.atomic import write_text_atomic
 from race.flops.ledger import BUDGET_PHASES, Ledger
+from race.flops.meter import FLOPS_CONVENTION
 from race.outputs import CorruptOutputError, read_output
 from race.study.cells import DONE, rung_dir
 from race.study.jobs import TrainJob, to_json
@@ -57,9 +58,10 @@ def _stamps(path: Path) -> list:
 
 
 def job_fingerprint(job: TrainJob) -> str:
-    """A digest of what decides the run's trajectory: the job's fields (less
-    :data:`NOT_TRAJECTORY`) and the stamps of its local inputs (base policy, training data,
-    the trained PRM of its reward). Reused state must carry the same digest."""
+    """A digest of what decides the run's trajectory and its ledger: the job's fields (less
+    :data:`NOT_TRAJECTORY`), the stamps of its local inputs (base policy, training data, the
+    trained PRM of its reward) and the meter's :data:`FLOPS_CONVENTION`. Reused state must
+    carry the same digest."""
     fields = {k: v for k, v in json.loads(to_json(job)).items() if k not in NOT_TRAJECTORY}
     fields["reward"] = {k: v for k, v in fields["reward"].items()
                         if k not in REWARD_NOT_TRAJECTORY}
@@ -69,7 +71,8 @@ def job_fingerprint(job: TrainJob) -> str:
         ladder = Path(job.results_dir) / "prm" / f"size~{prm}"
         inputs.append(ladder if ladder.is_dir() else Path(str(prm)))
     stamps = [s for p in inputs for s in _stamps(p)]
-    payload = json.dumps({"job": fields, "inputs": stamps}, sort_keys=True)
+    payload = json.dumps({"job": fields, "inputs": stamps, "flops": FLOPS_CONVENTION},
+                         sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 
+from race.study.cells import ConfigError
+
 #: The values of the config's ``device`` key.
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -27,12 +29,12 @@ def resolve_device(name: str | None = "auto") -> str:
 
     name = name or "auto"
     if name not in DEVICES:
-        raise ValueError(f"device: expected one of {', '.join(DEVICES)}, got {name!r}")
+        raise ConfigError(f"device: expected one of {', '.join(DEVICES)}, got {name!r}")
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device: cuda, but torch sees no CUDA device on this machine "
-                         "(set device: auto or cpu, or run the job where a GPU is visible)")
+        raise ConfigError("device: cuda, but torch sees no CUDA device on this machine "
+                          "(set device: auto or cpu, or run the job where a GPU is visible)")
     return name
 
 
@@ -40,22 +42,32 @@ def prepare_device(name: str | None = "auto", dtype: str | None = None, *,
                    one_gpu: bool = False) -> str:
     """:func:`resolve_device`, and on CUDA let float32 matmuls use TF32 (module docstring).
 
-    Refused on CUDA, before anything is loaded: ``dtype`` ``bfloat16`` (``training.dtype``) on
-    a GPU without bfloat16 (pre-Ampere), and -- with ``one_gpu``, for the trainer -- several
-    visible GPUs outside a distributed launch: TRL would wrap the policy in DataParallel and
-    fail only after the models are loaded."""
+    Refused on CUDA, before anything is loaded (a :class:`ConfigError` naming the key):
+    ``dtype`` ``bfloat16`` (``training.dtype``) on a GPU without native bfloat16 (before
+    Ampere; torch would emulate it, slowly); and with ``one_gpu``, for the trainer, whose meter
+    counts one process's FLOPs: a distributed launch (``WORLD_SIZE`` above 1), or several
+    visible GPUs outside a launch, where TRL would wrap the policy in DataParallel and fail
+    only after the models are loaded. A job given one GPU (SLURM's ``gpu: 1``,
+    ``CUDA_VISIBLE_DEVICES``, ``torchrun --nproc_per_node 1``) passes; a local Snakemake run on
+    a machine with several GPUs must set ``CUDA_VISIBLE_DEVICES`` itself (its ``gpu`` resource
+    counts jobs, it assigns no device)."""
     import torch
 
     device = resolve_device(name)
     if device != "cuda":
         return device
-    if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"training.dtype: bfloat16, but {torch.cuda.get_device_name()} has no "
-                         "bfloat16 support (set training.dtype: float32)")
-    visible = torch.cuda.device_count()
-    if one_gpu and visible > 1 and "WORLD_SIZE" not in os.environ:
-        raise ValueError(f"device: {visible} GPUs are visible, and a training job runs on one: "
-                         "give each job one GPU (CUDA_VISIBLE_DEVICES, or the SLURM profile's "
-                         "gpu: 1)")
+    if dtype == "bfloat16" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        raise ConfigError(f"training.dtype: bfloat16, but {torch.cuda.get_device_name()} has "
+                          "no native bfloat16 (set training.dtype: float32)")
+    if one_gpu:
+        launched = int(os.environ.get("WORLD_SIZE", "0") or 0)
+        if launched > 1:
+            raise ConfigError(f"device: a distributed launch of {launched} processes, and a "
+                              "training job runs in one (its FLOP meter counts one process)")
+        visible = torch.cuda.device_count()
+        if visible > 1 and not launched:
+            raise ConfigError(f"device: {visible} GPUs are visible, and a training job runs "
+                              "on one: give each job one GPU (CUDA_VISIBLE_DEVICES, or the "
+                              "SLURM profile's gpu: 1)")
     torch.set_float32_matmul_precision("high")
     return device

@@ -163,6 +163,8 @@ def read_yaml(path: str | Path) -> dict:
         mark = exc.problem_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ConfigError(f"{path}: not valid YAML{where}: {exc.problem or exc.context}") from None
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:  # not text, or not a file
+        raise ConfigError(f"{path}: not a readable YAML file ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the config must be a mapping")
     return data
@@ -305,10 +307,11 @@ def first_step_bound(config: dict, size: str, alloc_name: str, reward_name: str,
     model = reward_model(config["rewards"][reward_name])
     prm_arch = _arch(model) if model else None
     if prm_arch is not None:
-        # A ladder PRM reads the policy's characters plus the one separator it appends: the
-        # trainer's own bound (race.feedback.models). Another PRM's tokenizer is not read
-        # here: twice the completion stands in for its tokens.
-        completion = (alloc.max_completion_length + 1 if is_ladder(model)
+        # A ladder PRM on a ladder policy reads the policy's characters plus the one separator
+        # it appends: the trainer's own bound (race.feedback.models). Other tokenizers are not
+        # read here: twice the completion stands in for the PRM's tokens.
+        same_tokens = is_ladder(model) and is_ladder(size)  # both read the char tokenizer
+        completion = (alloc.max_completion_length + 1 if same_tokens
                       else 2 * alloc.max_completion_length)
         reward_bound = alloc.rows * flops.reward_model_flops(prm_arch, max_prompt + completion)
     return meter.step_bound(True, worst, None, reward_bound)
