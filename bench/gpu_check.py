@@ -63,18 +63,16 @@ def reference_policy(tok):
 
 
 def tiny_prm(root: Path, base: Path) -> Path:
-    """A random-init 2-label token classifier (the ladder's nano shape) on the policy's
-    tokenizer: a PRM whose device and dtype can be followed."""
-    from transformers import Qwen2ForTokenClassification
-
+    """A random-init PRM of the ladder's nano shape on the policy's tokenizer (what ``race prm``
+    starts from with ``prm.init: random``): a feedback model whose device and dtype can be
+    followed."""
     from race.data.tokenizer import load_tokenizer
-    from race.policy.ladder import ladder_config
+    from race.feedback.prm_training import init_classifier
+    from race.study.specs import PRMSpec
 
     tok = load_tokenizer(base)
-    config = ladder_config("nano", len(tok), pad_token_id=tok.pad_token_id)
-    config.num_labels = 2
-    torch.manual_seed(1)
-    Qwen2ForTokenClassification(config).save_pretrained(root / "prm")
+    model, _ = init_classifier("nano", tok, [], PRMSpec(init="random", seed=1))
+    model.save_pretrained(root / "prm")
     tok.save_pretrained(root / "prm")
     return root / "prm"
 

@@ -229,24 +229,20 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
     """The config check's bound on a cell's first step (race check-config, before any compute)
     is the trainer's own: the policy's worst-case step plus a ladder PRM's reward bound, which
     the trainer takes from the loaded feedback model."""
-    import torch
-    from transformers import Qwen2ForTokenClassification
-
     from race.data.tokenizer import load_tokenizer, save_tokenizer
+    from race.feedback.prm_training import init_classifier
     from race.feedback.rewards import build_reward
     from race.flops import analytic as F
     from race.flops.meter import BatchShapes, StepMeter
     from race.policy.ladder import ladder_config
     from race.study.config import first_step_bound, max_prompt_tokens
-    from race.study.specs import allocation
+    from race.study.specs import PRMSpec, allocation
 
     config = load_config(ROOT / "configs" / "smoke.yaml")
     tok = load_tokenizer(save_tokenizer(tmp_path / "tok"))
-    prm_config = ladder_config("nano", len(tok), pad_token_id=tok.pad_token_id)
-    prm_config.num_labels = 2
-    torch.manual_seed(0)
-    Qwen2ForTokenClassification(prm_config).save_pretrained(tmp_path / "prm" / "size~nano")
-    tok.save_pretrained(tmp_path / "prm" / "size~nano")
+    prm = tmp_path / "prm" / "size~nano"
+    init_classifier("nano", tok, [], PRMSpec(init="random"))[0].save_pretrained(prm)
+    tok.save_pretrained(prm)
     reward = build_reward(config["rewards"]["rule+prm"], tokenizer=tok, results_dir=tmp_path)
     prompt = max_prompt_tokens(config["task"])
     arch = F.Arch.from_config(ladder_config("nano", len(tok)))

@@ -401,18 +401,14 @@ def test_mlflow_off_leaves_files_complete(reference_run):
 
 @pytest.fixture(scope="module")
 def tiny_prm(tiny_base):
-    """A random-init 2-label token classifier on the policy's tokenizer: a PRM reward."""
-    from transformers import Qwen2ForTokenClassification
-
+    """A random-init PRM of the nano shape on the policy's tokenizer: a PRM reward."""
     from race.data.tokenizer import load_tokenizer
-    from race.policy.ladder import ladder_config
+    from race.feedback.prm_training import init_classifier
+    from race.study.specs import PRMSpec
 
     path = tiny_base / "prm"
     tok = load_tokenizer(tiny_base / "base")
-    config = ladder_config("nano", len(tok), pad_token_id=tok.pad_token_id)
-    config.num_labels = 2
-    torch.manual_seed(1)
-    Qwen2ForTokenClassification(config).save_pretrained(path)
+    init_classifier("nano", tok, [], PRMSpec(init="random", seed=1))[0].save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
