@@ -103,6 +103,9 @@ def _prm_bon_without_a_prm(config: dict) -> None:
     (_task(max_steps=4, ood_min_steps=4), "task.ood_min_steps must exceed task.max_steps"),
     (_task(max_operand=20, max_value=10), "task.max_operand must be >= 1 and <= task.max_va"),
     (_task(kind="hf"), "task.hf_id: required when task.kind is hf"),
+    (_task(kind="hf", hf_id="openai/gsm8k"), "task.hf_ood_id: required when "
+                                            "eval.targets includes ood_pass1"),
+    (_task(max_operand=14, max_value=20), "task.max_value must be >= 2 * task.max_operand - 1"),
     (_task(kind="jsonl"), "task.train_jsonl: required when task.kind is jsonl"),
     (_reward({"type": "rule", "wieght": 0.3}), "'wieght' was unexpected"),
     (_reward({"type": "rule", "prm": "nano"}), "rewards.extra.prm: type rule reads no prm key"),

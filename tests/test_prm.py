@@ -259,6 +259,23 @@ def test_rule_plus_prm_weighting_on_fixed_scores():
         FeedbackReward(FixedModel(steps), "rule+prm", weight=1.5)
 
 
+def test_prm_scores_count_only_for_a_completion_that_states_an_answer():
+    # The step labels never mark a missing answer line, so a PRM scores "first step, then
+    # stop" like a solution; the reward gives it nothing from the PRM.
+    steps = [[0.9, 0.8], [0.9], [0.9]]
+    completions = [GOOD, GOOD.split("\n")[0], "the answer is 20"]
+    prm = FeedbackReward(FixedModel(steps), "prm", aggregate="min")
+    assert prm([PROMPT] * 3, completions) == pytest.approx([0.8, 0.0, 0.0])
+    partial = FeedbackReward(FixedModel(steps), "rule+prm", aggregate="mean", weight=0.5)
+    assert partial([PROMPT] * 3, completions, answer=["20"] * 3) == pytest.approx(
+        [0.5 + 0.5 * 0.85, 0.0, 0.0])
+    # The math verifier reads the last number of free-form text as the answer.
+    math_prm = FeedbackReward(FixedModel(steps), "prm", aggregate="min", verifier="math")
+    assert math_prm([PROMPT] * 3, completions) == pytest.approx([0.8, 0.9, 0.9])
+    orm = FeedbackReward(FixedModel(steps), "orm")  # an ORM reads the whole completion
+    assert orm([PROMPT] * 3, completions) == pytest.approx([0.8, 0.9, 0.9])
+
+
 # --------------------------------------------------------------------------- our PRM
 
 

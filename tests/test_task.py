@@ -45,9 +45,26 @@ def test_step_counts_per_split_and_values_in_range():
         assert all(step_labels(p, p.solution))
 
 
+def test_eval_in_has_the_step_mix_of_train():
+    # Eval-in is a held-out sample of the training distribution: with the default split sizes
+    # the one-step chains (910 distinct prompts) are a few percent of both, not a third of the
+    # split drawn first.
+    splits = make_splits(TaskSpec(n_train=20000, n_eval_in=400))
+    for steps in (1, 2, 3):
+        train, held_out = (sum(len(p.ops) == steps for p in splits[k]) / len(splits[k])
+                           for k in ("train", "eval_in"))
+        # within three binomial standard errors of a 400-prompt sample
+        assert abs(held_out - train) < 3 * (train * (1 - train) / 400) ** 0.5, steps
+    assert sum(len(p.ops) == 1 for p in splits["eval_in"]) / 400 < 0.1
+
+
 def test_bad_spec_names_the_key():
     with pytest.raises(ValueError, match="ood_min_steps"):
         TaskSpec(max_steps=3, ood_min_steps=3)
+    with pytest.raises(ValueError, match="task.max_value must be >= 2 \\* task.max_operand - 1"):
+        TaskSpec(max_operand=14, max_value=20)  # 9+1-14 would flip to 10-14 = -4
+    with pytest.raises(ValueError, match="cannot draw 1100 distinct prompts for train \\+ eval_in"):
+        make_splits(TaskSpec(max_operand=1, max_value=1, n_train=1000, n_eval_in=100))
 
 
 PROBLEM = Problem(17, (("+", 8), ("-", 5)))
@@ -84,6 +101,7 @@ def test_verifier(completion, expected):
     ("17+8=25\n25-5=20\n20+1=21\n#### 21", [True, True, False, False]),  # extra step
     ("17+8=25\n25-5=20\n#### 20\n#### 20", [True, True, True, False]),
     ("garbage\n#### 20", [False, False]),
+    ("17+8=25\n25*5=20\n#### 25", [True, False, False]),  # an unparsed line states no result
     ("", []),
 ])
 def test_step_checker(completion, labels):
@@ -119,7 +137,7 @@ def test_all_steps_correct_iff_verified_on_sampled_variants():
     ("17+8=25\n25-5=20\n#### 20\nmore text", [None, None, None, "extra"]),
     ("17+8=25\n25-5=20\ngarbage", [None, None, "extra"]),  # past the length: extra first
     ("garbage\n#### 20", ["format", "truncated"]),  # an unparsed line counts as a step
-    ("17+8=25\n25*5=20\n#### 25", [None, "format", None]),  # as step_labels: right answer
+    ("17+8=25\n25*5=20\n#### 25", [None, "format", "answer"]),  # no stated result to repeat
     ("17+8=25\n25-5=20", [None, None]),  # no answer line: steps still named
     ("", []),
     # Several faults: the first wrong field, left to right (copy, sign, operand, arithmetic).

@@ -76,6 +76,11 @@ class TaskSpec:
             raise ValueError("task.ood_max_steps must be >= task.ood_min_steps")
         if self.max_operand < 1 or self.max_value < self.max_operand:
             raise ValueError("task.max_operand must be >= 1 and <= task.max_value")
+        if self.max_value < 2 * self.max_operand - 1:
+            # sample_problem flips an operation that would leave [0, max_value]; the flipped
+            # one stays inside only if max_value >= 2 * max_operand - 1.
+            raise ValueError("task.max_value must be >= 2 * task.max_operand - 1 (an operation "
+                             "flipped to stay in range must land in [0, max_value])")
 
     @classmethod
     def from_config(cls, task: dict) -> TaskSpec:
@@ -150,15 +155,19 @@ def sample_problem(rng: random.Random, n_steps: int, spec: TaskSpec) -> Problem:
 def make_splits(spec: TaskSpec) -> dict[str, list[Problem]]:
     """Deterministic, prompt-disjoint splits ``train``, ``eval_in`` and ``eval_ood``.
 
-    Evaluation splits are drawn first so that training never crowds them out; a prompt already
-    drawn for any split is skipped (duplicates within a split are skipped too).
+    ``train`` and ``eval_in`` are one pool of distinct prompts, shuffled and then split, so
+    eval-in is a held-out sample of the training distribution. Drawn one after the other, they
+    would not be: each draws its step count uniformly, the space of short chains is small
+    (910 one-step prompts by default), and the split drawn first takes its third of them, the
+    second only what is left (it was 32% one-step prompts in eval-in, 4% in train). The OOD
+    split is drawn after the pool; a prompt already drawn is skipped, so no prompt is in two
+    splits and none twice in one.
     """
     rng = random.Random(spec.seed)
     seen: set[str] = set()
     plan = [
-        ("eval_in", spec.n_eval_in, spec.min_steps, spec.max_steps),
+        ("in", spec.n_eval_in + spec.n_train, spec.min_steps, spec.max_steps),
         ("eval_ood", spec.n_eval_ood, spec.ood_min_steps, spec.ood_max_steps),
-        ("train", spec.n_train, spec.min_steps, spec.max_steps),
     ]
     splits: dict[str, list[Problem]] = {}
     for name, n, lo, hi in plan:
@@ -167,8 +176,9 @@ def make_splits(spec: TaskSpec) -> dict[str, list[Problem]]:
         while len(out) < n:
             attempts += 1
             if attempts > 50 * n + 1000:
+                split = "train + eval_in" if name == "in" else name
                 raise ValueError(
-                    f"task: cannot draw {n} distinct prompts for split {name!r}; "
+                    f"task: cannot draw {n} distinct prompts for {split}; "
                     "raise task.max_operand/max_value or lower the split size"
                 )
             problem = sample_problem(rng, rng.randint(lo, hi), spec)
@@ -177,6 +187,9 @@ def make_splits(spec: TaskSpec) -> dict[str, list[Problem]]:
             seen.add(problem.prompt)
             out.append(problem)
         splits[name] = out
+    pool = splits.pop("in")
+    rng.shuffle(pool)
+    splits["eval_in"], splits["train"] = pool[:spec.n_eval_in], pool[spec.n_eval_in:]
     return {k: splits[k] for k in ("train", "eval_in", "eval_ood")}
 
 
@@ -228,8 +241,8 @@ def step_labels(problem: Problem, completion: str) -> list[bool]:
         if step is None or n_steps >= len(problem.ops):
             labels.append(False)
             n_steps += 1
-            if step is not None:
-                previous = int(step.group(4))
+            # An unparsed line states no result: nothing after it can be consistent with one.
+            previous = int(step.group(4)) if step is not None else None
             continue
         a, op, b, c = int(step.group(1)), step.group(2), int(step.group(3)), int(step.group(4))
         want_op, want_b = problem.ops[n_steps]
@@ -306,8 +319,8 @@ def line_errors(problem: Problem, completion: str) -> list[str | None]:
                       ("operand", b != want_b),
                       ("arithmetic", c != (a + b if op == "+" else a - b)))
             errors.append(next((name for name, wrong in faults if wrong), None))
-        if step is not None:
-            previous = int(step.group(4))  # as step_labels: the stated result, right or wrong
+        # As step_labels: the stated result, right or wrong; None after an unparsed line.
+        previous = int(step.group(4)) if step is not None else None
         n_steps += 1
     return errors
 
@@ -331,24 +344,37 @@ def failure_kind(problem: Problem, completion: str) -> str:
 # --------------------------------------------------------------------------- other datasets
 
 
-def verify_math(completion: str, answer: str | int | float) -> bool:
-    """Math verifier for free-form datasets (GSM8K-style): numeric equality of the final answer.
-
-    The final answer is the number after the last ``####`` marker if there is one, else the last
-    number in the text; thousands separators are ignored; comparison is numeric (``"3.0" == 3``).
-    """
-    text = completion
-    if MARKER in text:
-        text = text.rsplit(MARKER, 1)[1]
+def math_answer(completion: str) -> float | None:
+    """The final answer a free-form completion states (GSM8K-style): the number after the last
+    ``####`` marker if there is one, else the last number in the text; thousands separators
+    are ignored. None when there is no such number."""
+    text = completion.rsplit(MARKER, 1)[1] if MARKER in completion else completion
     numbers = _NUMBER_RE.findall(text)
     if not numbers:
+        return None
+    try:
+        return float(numbers[0 if MARKER in completion else -1].replace(",", ""))
+    except ValueError:
+        return None
+
+
+def verify_math(completion: str, answer: str | int | float) -> bool:
+    """Math verifier for free-form datasets: numeric equality (to 1e-6, so ``"3.0" == 3``) of
+    :func:`math_answer` and ``answer``."""
+    got = math_answer(completion)
+    if got is None:
         return False
     try:
-        got = float(numbers[0 if MARKER in completion else -1].replace(",", ""))
         want = float(str(answer).replace(",", "").strip())
     except ValueError:
         return False
     return abs(got - want) < 1e-6
+
+
+def answer_reader(verifier: str):
+    """The final answer a completion states, as the verifier ``verifier`` (task | math) reads
+    it, or None when it states none: :func:`extract_answer` or :func:`math_answer`."""
+    return math_answer if verifier == "math" else extract_answer
 
 
 @dataclass

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -13,11 +12,11 @@ from typing import Any
 
 from race.data.task import (
     FAILURES,
-    MARKER,
     Record,
     extract_answer,
     failure_kind,
     is_arithmetic,
+    math_answer,
     problem_of,
     verify,
     verify_math,
@@ -90,10 +89,14 @@ class TargetResult:
         }
 
 
-def _binary_result(correct: list[bool], **kw) -> TargetResult:
+def _binary_result(correct: list[bool], details: dict, **kw) -> TargetResult:
+    """One 0/1 outcome per prompt: the rate, its Wilson interval, and the outcomes themselves
+    in prompt order (``details["correct_per_prompt"]``: two policies scored on the same
+    prompts are compared pairwise on them, race.analysis.frontier)."""
     n, c = len(correct), int(sum(correct))
     lo, hi = wilson(c, n)
-    return TargetResult(c / n, lo, hi, n, interval="wilson", correct=c, **kw)
+    details = {**details, "correct_per_prompt": [int(v) for v in correct]}
+    return TargetResult(c / n, lo, hi, n, interval="wilson", correct=c, details=details, **kw)
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -142,24 +145,17 @@ class _Shapes:
 # --------------------------------------------------------------------------- answers
 
 
-def _math_answer(completion: str) -> float | None:
-    """The final number as :func:`race.data.task.verify_math` reads it (after the last marker, else
-    the last number in the text)."""
-    text = completion.rsplit(MARKER, 1)[1] if MARKER in completion else completion
-    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
-    if not numbers:
-        return None
-    try:
-        value = float(numbers[0 if MARKER in completion else -1].replace(",", ""))
-    except ValueError:
-        return None
-    return round(value, 6)  # verify_math compares to 1e-6: equal keys vote together
+def _math_key(completion: str) -> float | None:
+    """The final number :func:`race.data.task.math_answer` reads, rounded to the 1e-6 that
+    :func:`race.data.task.verify_math` compares to, so that equal answers vote together."""
+    value = math_answer(completion)
+    return None if value is None else round(value, 6)
 
 
 def verifier(name: str) -> tuple[Callable[[str, str], bool], Callable[[str], Any]]:
     """(is the completion correct, its final-answer key for majority voting) for a verifier."""
     if name == "math":
-        return verify_math, _math_answer
+        return verify_math, _math_key
     return verify, extract_answer
 
 
@@ -314,7 +310,7 @@ class Evaluator:
             f"pass@{k}": mean([pass_at_k(k, int(sum(g)), k) for g in groups]),
             "format_valid": mean([self.answer_key(t) is not None for t in texts]),
             # Correct samples per prompt, in eval-in order: what a paired comparison of two
-            # policies on the same prompts needs (bench/study_gates.py's paired z).
+            # policies on the same prompts needs (race.analysis.frontier).
             "correct_per_prompt": [int(sum(g)) for g in groups],
         }
         if all(is_arithmetic(r) for r in records):

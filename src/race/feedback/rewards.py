@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from race.data.task import verify, verify_math
+from race.data.task import answer_reader, verify, verify_math
 from race.feedback.scores import AGGREGATES, as_text
 from race.flops.meter import PhaseFlops
 
@@ -63,6 +63,15 @@ class FeedbackReward:
     verified final answer else 0.0, ``w`` = ``weight`` in [0, 1] -- so the reward stays in
     [0, 1]. With ``w = 0`` the PRM is not run (and nothing is charged). Every reward is a
     probability-like value in [0, 1]; a completion without steps scores 0.0 from the model.
+
+    A PRM's step scores count only for a completion that states a final answer (as the
+    verifier reads one, :func:`race.data.task.answer_reader`); one that states none scores 0.0
+    from the PRM. Unlike the textbook aggregate of step scores, this gate is needed because a
+    PRM scores the lines a completion has and its training labels (race.data.task.step_labels)
+    never mark a line that is missing: without it, stopping after a first correct step scored
+    higher than a full solution under the default study's strong PRM (0.83 against 0.70, min
+    aggregate), a hack any PRM-rewarded policy could find. The ORM reads the whole completion
+    and is not gated.
     """
 
     def __init__(self, model, kind: str, *, aggregate: str = "min",
@@ -76,18 +85,27 @@ class FeedbackReward:
         self.rule = None
         if kind == "rule+prm":
             self.rule = RuleReward(math_verifier=verifier == "math")
+        self._answer = answer_reader(verifier) if kind != "orm" else None
+
+    def _model_scores(self, prompts: list, completions: list[str]) -> list[float]:
+        """The feedback model's aggregate per completion; 0.0 for a completion that states no
+        final answer where the model is a PRM (class docstring)."""
+        scores = self.model.score(prompts, completions, aggregate=self.aggregate)
+        if self._answer is None:
+            return scores
+        return [s if self._answer(c) is not None else 0.0
+                for s, c in zip(scores, completions, strict=True)]
 
     def __call__(self, prompts, completions, answer=None, **kwargs) -> list[float]:
         prompts, completions = list(prompts), [as_text(c) for c in completions]
         if self.rule is None:
-            return self.model.score(prompts, completions, aggregate=self.aggregate)
+            return self._model_scores(prompts, completions)
         if answer is None:
             raise ValueError("rule+prm reward: needs the dataset's answer column")
         rule = self.rule(prompts, completions, answer)
         if self.weight == 0.0:
             return rule
-        model = self.model.score(prompts, completions, aggregate=self.aggregate)
-        return combine(rule, model, self.weight)
+        return combine(rule, self._model_scores(prompts, completions), self.weight)
 
     def consume(self) -> PhaseFlops:
         return self.model.consume()
@@ -107,7 +125,8 @@ def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | Non
     """The reward object for a ``rewards:`` entry of type ``prm``, ``rule+prm`` or ``orm``.
 
     Keys: ``prm`` / ``orm`` (ladder name, directory or hub id), ``aggregate`` (min),
-    ``weight`` (rule+prm, 0.5), ``verifier`` (rule+prm: task | math), and the model options
+    ``weight`` (rule+prm, 0.5), ``verifier`` (task | math: the rule+prm verifier, and how a
+    PRM reward reads whether a completion states a final answer), and the model options
     :data:`race.study.specs.MODEL_OPTIONS`. ``tokenizer`` is the policy's (vocabulary probe
     and ``bound``).
     """

@@ -449,6 +449,12 @@ def check_config(config: dict) -> dict:
         if target not in TARGETS:
             raise ConfigError(f"eval.targets[{i}]: unknown target {target!r} "
                               f"(known: {', '.join(TARGETS)})")
+    if (config["task"]["kind"] == "hf" and not config["task"].get("hf_ood_id")
+            and "ood_pass1" in eval_targets(config)):
+        # Without its own id, eval_ood is hf_id's test split again: the records of eval_in,
+        # which ood_pass1 would report as out-of-distribution accuracy.
+        raise ConfigError("task.hf_ood_id: required when eval.targets includes ood_pass1 and "
+                          "task.kind is hf (eval_ood would be hf_id's test split: eval_in)")
     bon_prm = config["eval"].get("prm")
     if bon_prm is not None and bon_prm not in prm_sizes and (
             is_ladder(bon_prm) or not is_model_spec(bon_prm)):

@@ -293,7 +293,7 @@ MODEL_OPTIONS = ("batch_size", "attn_implementation", "device", "dtype", "chat_t
 #: The keys of a ``rewards:`` entry that its type reads (besides ``type``).
 REWARD_KEYS = {
     "rule": ("verifier",),
-    "prm": ("prm", "aggregate", *MODEL_OPTIONS),
+    "prm": ("prm", "aggregate", "verifier", *MODEL_OPTIONS),
     "rule+prm": ("prm", "aggregate", "weight", "verifier", *MODEL_OPTIONS),
     "orm": ("orm", *MODEL_OPTIONS),
 }
