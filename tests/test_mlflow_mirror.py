@@ -1,7 +1,9 @@
 """``race mlflow-log``: one MLflow run per cell, nothing logged twice, live runs completed."""
 
+import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -263,3 +265,90 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
     rung = f"budget~{format_budget(config['budgets'][0])}"
     assert {a.path for a in client.list_artifacts(cell_run.info.run_id, rung)} == {
         f"{rung}/eval.json", f"{rung}/ledger.json"}
+
+
+def test_two_studies_sharing_a_db_and_experiment_keep_their_own_runs(config, tmp_path):
+    config["mlflow"]["experiment"] = config["study"]
+    other = copy.deepcopy(config)  # a copy of the config: another study, the same experiment
+    other["study"], other["results_dir"] = "another-study", str(tmp_path / "other")
+    cell = C.grid_cells(config)[0]
+    for study in (config, other):
+        write_finished_run(study, cell)
+    first = mirror_study(config, [])["runs"][cell.key]["run_id"]
+    second = mirror_study(other, [])["runs"][cell.key]["run_id"]
+    assert mirror_study(config, [])["runs"][cell.key]["run_id"] == first != second
+    assert {r.info.run_id for r in active_runs(config, cell)} == {first, second}
+
+
+def test_two_loggers_replacing_one_run_leave_one_active_run(config):
+    from race.tracking.mlflow_runs import RunLogger
+
+    cell = C.grid_cells(config)[0]
+    run = write_finished_run(config, cell)
+    mirror_study(config, [])
+    rows = [{**json.loads(line), "reward_mean": 0.7}  # retrained: other values
+            for line in (run / "metrics.jsonl").read_text().splitlines()]
+    loggers = [RunLogger(specs.mlflow_spec(config), run, cell.key, config["study"], {})
+               for _ in range(2)]
+    for logger in loggers:  # two mirrors at once, or a live job and a mirror
+        for row in rows:
+            logger.log_row(row)
+    assert loggers[0].flush()["changed"]
+    replaced = loggers[0].replace_run()
+    # The second follows the replacement instead of finding the old run changed (and
+    # replacing it a second time, which left two active runs).
+    assert not loggers[1].flush()["changed"] and loggers[1].run_id == replaced
+    assert [r.info.run_id for r in active_runs(config, cell)] == [replaced]
+
+
+def test_a_changed_param_replaces_the_run(config):
+    cell = C.grid_cells(config)[0]
+    write_finished_run(config, cell)
+    first = mirror_study(config, [])["runs"][cell.key]["run_id"]
+    extended = copy.deepcopy(config)  # a rung added on top: the run resumes, params change
+    extended["budgets"] = [*config["budgets"], 2 * config["budgets"][-1]]
+    shutil.rmtree(C.run_dir(config, cell))
+    write_finished_run(extended, cell)
+    again = mirror_study(extended, [])["runs"][cell.key]["run_id"]
+    assert again != first and [r.info.run_id for r in active_runs(config, cell)] == [again]
+    from mlflow.tracking import MlflowClient
+
+    params = MlflowClient(config["mlflow"]["tracking_uri"]).get_run(again).data.params
+    assert params["rungs"] == str(extended["budgets"])
+
+
+def test_a_failed_live_job_leaves_only_its_checkpointed_points(config, tmp_path):
+    from race.tracking.mlflow_runs import RunLogger
+
+    spec = specs.mlflow_spec(config)
+
+    def row(step, seconds):
+        return {"step": step, "flops_total": 100 * step, "rollout_s": seconds, "time": T0 + step}
+
+    logger = RunLogger(spec, tmp_path / "run", "key", config["study"], {})
+    for step in (1, 2):
+        logger.log_row(row(step, 1.0))
+    logger.flush()  # the checkpoint at step 2
+    for step in (3, 4):  # then an exception: resuming replays steps 3 and 4
+        logger.log_row(row(step, 1.0))
+    logger.finish("FAILED", flush=False)
+    resumed = RunLogger(spec, tmp_path / "run", "key", config["study"], {})
+    for step in (3, 4):
+        resumed.log_row(row(step, 1.7))
+    assert not resumed.flush()["changed"]
+    from mlflow.tracking import MlflowClient
+
+    got = MlflowClient(config["mlflow"]["tracking_uri"]).get_metric_history(resumed.run_id,
+                                                                            "perf/rollout_s")
+    assert sorted((m.step, m.value) for m in got) == [(1, 1.0), (2, 1.0), (3, 1.7), (4, 1.7)]
+
+
+def test_an_experiment_in_mlflows_trash_is_named(config):
+    from mlflow.tracking import MlflowClient
+
+    write_finished_run(config, C.grid_cells(config)[0])
+    mirror_study(config, [])
+    client = MlflowClient(config["mlflow"]["tracking_uri"])
+    client.delete_experiment(client.get_experiment_by_name(config["study"]).experiment_id)
+    with pytest.raises(ValueError, match=f"mlflow.experiment '{config['study']}' .* trash"):
+        mirror_study(config, [])

@@ -408,7 +408,9 @@ def run_training(job: TrainJob) -> dict:
         status = "FINISHED"
     finally:
         if run.logger is not None:
-            run.logger.finish(status)
+            # A failed job's points after its last checkpoint are replayed on resume, maybe
+            # with other values: only the checkpointed ones (already flushed) stay.
+            run.logger.finish(status, flush=status == "FINISHED")
     return _finish(run, job, run_dir)
 
 

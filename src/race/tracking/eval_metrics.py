@@ -35,7 +35,8 @@ def log_to_mlflow(payload: dict, run_dir: str | Path, mlflow_spec, study: str = 
     """Log :func:`eval_metrics` to the cell's MLflow run at step = the rung's training step.
 
     The run is the one whose id the run folder holds (``mlflow_run_id``, written by training);
-    without that file nothing is logged and False is returned (a run is never created here).
+    without that file nothing is logged and False is returned. (A stale id, its DB lost, is
+    resolved as by training: the run found by its ``run_key`` tag, else a new one without params.)
     """
     run_dir = Path(run_dir)
     if not (run_dir / RUN_ID_FILE).exists():

@@ -85,6 +85,8 @@ def mirror_run(config: dict, cell: C.Cell, spec) -> dict:
     logger = RunLogger(spec, run_dir, cell.key, config["study"], run_params(config, cell, job),
                        tags=job.tags, start_time=min(times, default=None))
     end = max(times, default=None)
+    if logger.params_changed:  # MLflow never changes a logged param: a new run holds them
+        logger.replace_run()
     sync_file = run_dir / SYNC_FILE
     if sync_file.exists() and read_output(sync_file) == {"run_id": logger.run_id,
                                                          "digest": digest}:

@@ -40,6 +40,7 @@ from race.study.specs import MlflowSpec
 
 RUN_ID_FILE = "mlflow_run_id"
 LOCK_FILE = ".mlflow.lock"
+DB_LOCK_FILE = ".mlflow-db.lock"  # another file than LOCK_FILE: callers may hold that one
 BATCH = 1000  # the most metrics one log_batch call takes
 #: the tag that makes MLflow's UI open an experiment in its runs (model training) view
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
@@ -71,14 +72,24 @@ def mlflow_key(name: str) -> str:
 
 
 def ensure_experiment(spec: MlflowSpec) -> str:
-    """Create (once) the tracking DB and the experiment; returns the experiment id."""
+    """Create (once) the tracking DB and the experiment; returns the experiment id. A sqlite
+    DB is created under a lock in its folder: two processes creating one at once (live
+    training jobs after the DB was lost) break its schema migration, for good."""
+    if not spec.tracking_uri.startswith("sqlite:///"):
+        return _ensure_experiment(spec)
+    with locked(Path(spec.tracking_uri.removeprefix("sqlite:///")).parent, DB_LOCK_FILE):
+        return _ensure_experiment(spec)
+
+
+def _ensure_experiment(spec: MlflowSpec) -> str:
     from mlflow.tracking import MlflowClient
 
-    if spec.tracking_uri.startswith("sqlite:///"):
-        Path(spec.tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True,
-                                                                         exist_ok=True)
     client = MlflowClient(tracking_uri=spec.tracking_uri)
     exp = client.get_experiment_by_name(spec.experiment)
+    if exp is not None and exp.lifecycle_stage != "active":
+        raise ValueError(f"mlflow.experiment {spec.experiment!r} (id {exp.experiment_id}) is in "
+                         f"MLflow's trash at {spec.tracking_uri}: restore it (mlflow "
+                         "experiments restore) or purge it (mlflow gc), or name another")
     if exp is not None:
         if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
             client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
@@ -122,12 +133,17 @@ def init_store(spec: MlflowSpec, study: str, out: str | Path) -> dict:
     return ids
 
 
+def _param_text(value) -> str:
+    """A param's value as the run holds it: its text, cut to MLflow's 6000-character limit."""
+    return str(value)[:6000]
+
+
 @contextmanager
-def locked(folder: str | Path) -> Iterator:
-    """Hold ``folder/.mlflow.lock`` exclusively (released by the OS if the process dies);
-    yields the open lock file, whose text is the folder's flush count."""
+def locked(folder: str | Path, name: str = LOCK_FILE) -> Iterator:
+    """Hold ``folder/name`` (default ``.mlflow.lock``) exclusively (released by the OS if the
+    process dies); yields the open lock file, whose text is the folder's flush count."""
     Path(folder).mkdir(parents=True, exist_ok=True)
-    with open(Path(folder) / LOCK_FILE, "a+") as f:
+    with open(Path(folder) / name, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield f
@@ -175,6 +191,7 @@ class RunLogger:
         self.parent_run_id = find_study_run(self.client, self.experiment_id, study)
         self._pending: dict[str, dict[int, tuple[float, int | None]]] = {}
         self.start_time = start_time
+        self.params_changed: list[str] = []  # params the run holds with another value
         with locked(self.run_dir) as lock:
             self.run_id, self.created = self._resolve_run()
             self._start_cache(self.created, _flush_count(lock))
@@ -192,7 +209,8 @@ class RunLogger:
 
     def _find(self) -> str | None:
         runs = self.client.search_runs([self.experiment_id],
-                                       f"tags.run_key = '{self.run_key}'", max_results=1)
+                                       f"tags.run_key = '{self.run_key}' and "
+                                       f"tags.study = '{self.study}'", max_results=1)
         return runs[0].info.run_id if runs else None
 
     def _resolve_run(self) -> tuple[str, bool]:
@@ -214,7 +232,10 @@ class RunLogger:
                 tags["mlflow.parentRunId"] = self.parent_run_id
             if tags:
                 self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
-            self._log_params(run_id, self.client.get_run(run_id).data.params)
+            held = self.client.get_run(run_id).data.params
+            self.params_changed = sorted(k for k, v in self.params.items()
+                                         if k in held and held[k] != _param_text(v))
+            self._log_params(run_id, held)
         if not id_file.exists() or id_file.read_text().strip() != run_id:
             write_text_atomic(id_file, run_id + "\n")  # parallel readers: atomic
         return run_id, created
@@ -236,7 +257,7 @@ class RunLogger:
         ``log_batch`` takes at most 100 per call)."""
         from mlflow.entities import Param
 
-        new = [Param(k, str(v)[:6000]) for k, v in sorted(self.params.items()) if k not in held]
+        new = [Param(k, _param_text(v)) for k, v in sorted(self.params.items()) if k not in held]
         for i in range(0, len(new), 100):
             self.client.log_batch(run_id, params=new[i:i + 100])
 
@@ -245,6 +266,8 @@ class RunLogger:
         key, params and tags (queue its points again): how a changed value replaces the old
         one."""
         with locked(self.run_dir) as lock:
+            if self._follow_id_file(lock):  # another process replaced it already
+                return self.run_id
             start = self.client.get_run(self.run_id).info.start_time
             self.client.delete_run(self.run_id)
             self.run_id = self._create(start)
@@ -253,6 +276,17 @@ class RunLogger:
             _set_flush_count(lock, count)
             self._start_cache(True, count)
         return self.run_id
+
+    def _follow_id_file(self, lock) -> bool:
+        """Under the lock: adopt the run another process replaced this one with (its id is
+        in the id file); returns whether it did."""
+        id_file = self.run_dir / RUN_ID_FILE
+        current = id_file.read_text().strip() if id_file.exists() else self.run_id
+        if current == self.run_id:
+            return False
+        self.run_id = current
+        self._start_cache(False, _flush_count(lock))
+        return True
 
     # ------------------------------------------------------------------ what the store holds
     def _start_cache(self, empty: bool, flush_count: int) -> None:
@@ -295,6 +329,7 @@ class RunLogger:
             count = _flush_count(lock)
             if count != self._seen_flushes:  # another process logged: ask the store again
                 self._start_cache(False, count)
+                self._follow_id_file(lock)  # ... and maybe replaced the run
             now = int(time.time() * 1000)
             batch = []
             for key, points in sorted(self._pending.items()):
@@ -324,8 +359,12 @@ class RunLogger:
             for path in paths:
                 self.client.log_artifact(self.run_id, str(path), artifact_path=folder)
 
-    def finish(self, status: str = "FINISHED", end_time: int | None = None) -> dict:
-        """Flush, then mark the run ``status``, ended at ``end_time`` (ms; default now)."""
+    def finish(self, status: str = "FINISHED", end_time: int | None = None,
+               flush: bool = True) -> dict:
+        """Flush (unless ``flush`` is false: the queued points are dropped), then mark the run
+        ``status``, ended at ``end_time`` (ms; default now)."""
+        if not flush:
+            self._pending = {}
         result = self.flush()
         self.client.set_terminated(self.run_id, status=status, end_time=end_time)
         return result
