@@ -44,6 +44,7 @@ from race.analysis.frontier import (  # noqa: E402
     rank_candidates,
     regime_table,
     seed_summary,
+    size_order,
 )
 from race.analysis.protocol import agreement, rank_pilot, select  # noqa: E402
 from race.analysis.regime_cells import UNDECIDED_LABEL, regime_cell  # noqa: E402
@@ -257,6 +258,23 @@ def test_rank_pilot_and_tie_break():
     vals[("nano", "c", 1e11)] = 0.30  # tied on both: by name
     r = rank_pilot(table(vals, stage="pilot"))
     assert r["alloc"].tolist() == ["a", "b", "c"]
+
+
+def test_a_config_without_a_top_rung_value_is_not_ranked_or_selected():
+    pilot = table(PILOT, stage="pilot")
+    # the pilot's best, but no value at its top rung
+    pilot.loc[(pilot["alloc"] == "a") & (pilot["budget"] == 2e11), f"acc_{T}"] = math.nan
+    r = rank_pilot(pilot)
+    assert r["alloc"].tolist() == ["b", "c", "a"] and r["rank"].tolist()[:2] == [1, 2]
+    assert pd.isna(r["rank"].iloc[2])
+    assert [c["alloc"] for c in select(pilot, 1, "c")] == ["b", "c"]
+
+
+def test_size_order_puts_sizes_without_params_last_in_name_order():
+    df = table({(s, "a", 1e11): 0.5 for s in ("nano", "micro", "mini")})
+    df["size"] = df["size"].map({"nano": "org--B-14B", "micro": "nano", "mini": "org--B-3B"})
+    df.loc[df["size"].str.startswith("org"), "params"] = math.nan  # hub sizes: not counted
+    assert size_order(df) == ["nano", "org--B-14B", "org--B-3B"]
 
 
 def test_select_union_plus_baseline():

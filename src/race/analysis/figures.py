@@ -301,7 +301,9 @@ def draw_race_agreement(ax: object, data: FigureData, reward: str, target: str) 
     (accuracy points) and top-1 agreement in a 7-point note."""
     ag = data.agreement
     sub = ag.ranks[(ag.ranks["reward"] == reward) & (ag.ranks["target"] == target)]
-    n = max(int(sub["pilot_rank"].max()) if len(sub) else 1, 2)
+    # Both ranks lie in 1..len(sub) (ties averaged: 3.5 is possible); an axis cut at the
+    # largest pilot rank would hide points whose validation rank is larger.
+    n = max(len(sub), 2)
     ax.plot([1, n], [1, n], color="0.6", linewidth=0.8, linestyle="--", zorder=0)
     for r in sub.itertuples(index=False):
         ax.scatter(r.pilot_rank, r.validation_rank, color=data.palette[r.alloc],

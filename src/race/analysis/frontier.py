@@ -25,8 +25,15 @@ Conventions (shared by every report module):
   are listed together, name-sorted and joined by "|" (``best`` = "a|b", ``tie`` = True), their
   interval is the envelope of theirs, ``n_seeds`` the smallest of theirs. Nothing is resolved
   silently.
-- Gaps: ``gap`` = winner's mean - runner-up's mean (fraction), ``gap_se`` = sqrt(se_w^2 + se_r^2)
-  (independent runs), ``gap_z`` = gap / gap_se, ``overlap`` = the two 95% intervals overlap.
+- Gaps: ``gap`` = winner's mean - runner-up's mean (fraction), ``gap_se`` = sqrt(se_w^2 + se_r^2),
+  ``gap_z`` = gap / gap_se, ``overlap`` = the two 95% intervals overlap. The two se are added
+  as if the evaluations were independent. They are not: every config is scored on the same
+  prompts, whose difficulty they share, so the evaluation noise of a gap is smaller (a paired
+  comparison on the per-prompt outcomes, ``bench/study_gates.py``, finds it several times
+  smaller). But a one-seed se holds no training-seed noise, which a paired z would ignore and
+  which the validation seeds measure (:func:`race.analysis.report.seed_spread`). The unpaired
+  se stands in for both: more than the evaluation noise alone, and an estimate of the training
+  noise only as far as the seed spread bears it out (docs/design.md compares them).
 - Decided: ``decided`` = True only when one winner leads *every* other candidate by a z of at
   least :data:`DECIDED_Z` (``gap_z``, against the runner-up, is the one shown; a candidate with
   a lower mean but a wide interval can be closer to the winner than the runner-up is). A tie,
@@ -128,7 +135,12 @@ def size_order(df: pd.DataFrame) -> list[str]:
     if "params" not in df.columns:
         return sizes
     params = df.groupby("size")["params"].median()
-    return sorted(sizes, key=lambda s: (params.get(s, math.inf), s))
+
+    def key(s: str) -> tuple[float, str]:
+        p = params.get(s, math.nan)
+        return (math.inf if pd.isna(p) else float(p), s)  # NaN (hub sizes) would unsort
+
+    return sorted(sizes, key=key)
 
 
 def config_label(size: str, alloc: str) -> str:

@@ -6,7 +6,8 @@ A diagnostic, not a guarantee (docs/design.md, "RACE pilot protocol"). Conventio
 - Pilot ranking (:func:`rank_pilot`): by accuracy at the highest pilot rung (the largest
   ``budget`` among the pilot rows); ties broken by the mean accuracy over all pilot rungs, then
   by name (size, then alloc). The pilot has one seed; if a pilot config has several, their mean
-  is used. A config without a value at the highest rung is ranked after every config with one.
+  is used. A config without a value at the highest rung is listed after every config with one,
+  without a rank (``rank`` is NA), and is never selected.
 - Selection (:func:`select`): for every reward, the union over targets of the top-k configs plus
   the baseline allocation at every size.
 - Agreement (:func:`agreement`), per (reward, target), over the configs present in both the pilot
@@ -81,7 +82,9 @@ def rank_pilot(pilot_df: pd.DataFrame, targets: list[str] | None = None) -> pd.D
         r = r.sort_values(["reward", "_missing", "_top", "_mean", "size", "alloc"],
                           ascending=[True, True, False, False, True, True],
                           na_position="last", kind="mergesort")
-        r["rank"] = r.groupby("reward").cumcount() + 1
+        # A config without a value at the top rung (a search target run only at the
+        # validation budget) is not ranked: a rank by name would read as a pilot result.
+        r["rank"] = (r.groupby("reward").cumcount() + 1).astype("Int64").mask(r["_missing"])
         r["target"] = t
         r["top_budget"] = top_budget
         parts.append(r.drop(columns=["_missing", "_top", "_mean"]))
@@ -123,7 +126,8 @@ def rankings_json(ranks: pd.DataFrame) -> dict[str, dict[str, list[dict[str, obj
     out: dict[str, dict[str, list[dict[str, object]]]] = {}
     for row in ranks.itertuples(index=False):
         out.setdefault(row.reward, {}).setdefault(row.target, []).append({
-            "rank": int(row.rank), "size": row.size, "alloc": row.alloc,
+            "rank": None if pd.isna(row.rank) else int(row.rank), "size": row.size,
+            "alloc": row.alloc,
             "acc_top": _json_float(row.acc_top), "acc_mean": _json_float(row.acc_mean),
         })
     return out

@@ -223,8 +223,11 @@ def seed_spread_text(runs: pd.DataFrame, targets: list[str]) -> str:
                 + "; ".join(parts)
                 + ". A one-seed gap of that size can come from the training seed alone"
                 if parts else "; no config ran on two seeds here, so that noise is not measured")
-    return ("- A one-seed interval (and the z of a one-seed gap) holds the evaluation's noise "
-            f"only, not the training seed's{measured}.")
+    return ("- A one-seed interval holds the evaluation's noise only, not the training seed's"
+            f"{measured}. The z of a gap adds the two configs' evaluation variances as if "
+            "independent, although both are scored on the same prompts (paired, the evaluation "
+            "part of a gap's noise is smaller; `bench/study_gates.py` prints that z): the "
+            "excess stands in for the training noise a one-seed z cannot measure.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -321,8 +324,11 @@ def render(rep: Report) -> str:
     """report.md as a string (pure function of the tables: deterministic)."""
     runs = rep.runs
     sizes = size_order(runs) if len(runs) else []
-    n_overlap = sum(1 for v in rep.frontier["overlap"] if v is not pd.NA and bool(v))
-    n_tie = int(rep.frontier["tie"].sum()) if len(rep.frontier) else 0
+    # Over the comparable rows, as the decided counts (no base rung, no "no value" rows).
+    f = rep.frontier
+    comparable = f[(f["budget"] > 0) & (f["n_candidates"] >= 2)]
+    n_overlap = sum(1 for v in comparable["overlap"] if v is not pd.NA and bool(v))
+    n_tie = int(comparable["tie"].sum()) if len(comparable) else 0
     f_dec, f_all = decided_counts(rep.frontier)
     r_dec, r_all = decided_counts(rep.regime)
     width = median_interval_width(runs, rep.targets)
@@ -406,8 +412,9 @@ def render(rep: Report) -> str:
                 "  " + panel_links(rep.panels.get(name, []), f"{FIGURE_DIR}/{name}/"), ""]
     out += ["## Nested budget rungs", "",
             f"Each of the {sv.n_cells} cells (size × reward × alloc × seed; one run, whichever "
-            "of the pilot, validation and full grids list it) is evaluated at every rung it "
-            f"crosses ({sv.n_rungs} cell × rung pairs). Run "
+            "of the pilot, validation and full grids list it) is evaluated at its rungs in the "
+            f"table ({sv.n_rungs} cell × rung pairs; a validation-only seed at the validation "
+            "budget alone). Run "
             f"separately, the rungs would cost {flops(sv.separate_flops)} model FLOPs (sum over "
             f"cells of the FLOPs used at every rung); nested, they cost "
             f"{flops(sv.nested_flops)} (the largest rung of each cell): "
@@ -425,8 +432,8 @@ def render(rep: Report) -> str:
             seed_spread_text(runs, rep.targets),
             f"- Median width of a row's 95% evaluation interval: {pts(100 * width)} accuracy "
             f"points; of the frontier winners' intervals: {pts(100 * win_width)} points. "
-            f"{n_overlap} of {len(rep.frontier)} frontier winners overlap their runner-up's "
-            f"interval, and {n_tie} are exact ties: read those as undecided. Decided "
+            f"{n_overlap} of {len(comparable)} comparable frontier winners overlap their "
+            f"runner-up's interval, and {n_tie} are exact ties: read those as undecided. Decided "
             f"(z ≥ {DECIDED_Z:g}): {f_dec} of {f_all} comparable frontier winners, {r_dec} of "
             f"{r_all} comparable regime cells.",
             "- Fits extrapolate a four-parameter curve from a handful of rungs; trust the "
