@@ -10,6 +10,7 @@ import yaml
 
 from race.study.config import (
     ConfigError,
+    check_config,
     coerce_numbers,
     load_config,
     read_yaml,
@@ -257,3 +258,26 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
                                    reward.bound(alloc.rows, prompt, alloc.max_completion_length))
         assert first_step_bound(config, "nano", name, "rule+prm", prompt) == trainer
         assert first_step_bound(config, "nano", name, "rule", prompt) < trainer
+
+
+def test_each_budget_has_a_rung_folder_of_its_own(tmp_path):
+    # budget~<7 significant digits>: two budgets in one folder would overwrite each other.
+    path = smoke_text(tmp_path, "[4.0000001e9, 4.0000002e9, 8e9]", pilot="[4.0000001e9]")
+    with pytest.raises(ConfigError, match=r"budgets\[0\]: 4000000100.0 would be written to "
+                                          r"budget~4e9"):
+        check_config(load_config(path))
+
+
+def test_a_results_dir_holding_another_study_is_refused(tmp_path):
+    from race.study.config import STUDY_MARKER, claim_results_dir
+
+    config = check_config(load_config(smoke_text(tmp_path, "[4e9, 8e9]")))
+    claim_results_dir(config, check_only=True)
+    assert not Path(config["results_dir"]).exists()  # a dry run writes nothing
+    claim_results_dir(config)
+    marker = Path(config["results_dir"]) / STUDY_MARKER
+    assert marker.read_text() == "race-smoke\n"
+    claim_results_dir(config)  # its own study: fine
+    with pytest.raises(ConfigError, match=f"results_dir: {config['results_dir']} holds the "
+                                          "study 'race-smoke'"):
+        claim_results_dir({**config, "study": "another"})

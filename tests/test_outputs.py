@@ -56,3 +56,18 @@ def test_damaged_outputs_are_set_aside_and_checkpoints_left_alone(tmp_path):
     assert not bad.exists() and bad.with_name("eval.json.corrupt").exists()
     assert good.exists() and state.exists() and (run / notes).exists()
     assert set_aside_corrupt(tmp_path) == []
+
+
+def test_a_damaged_run_level_file_takes_the_runs_done_with_it(tmp_path):
+    # DONE is the run's requested output: without it gone, Snakemake would rerun nothing.
+    run = tmp_path / "runs" / "size~nano" / "reward~rule" / "alloc~g8" / "seed~0"
+    rung = run / "budget~4e9"
+    rung.mkdir(parents=True)
+    for path in (run / "train.json", run / "perf.json", rung / "ledger.json"):
+        path.write_text("{not json")
+    (run / "DONE").write_text("")
+    lines = set_aside_corrupt(tmp_path)
+    assert not (run / "DONE").exists() and (run / "train.json.corrupt").exists()
+    assert any("perf.json" in line and "columns stay empty" in line for line in lines)
+    assert any(str(rung / "ledger.json") in line and "train (race train) job reruns" in line
+               for line in lines)

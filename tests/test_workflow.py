@@ -22,6 +22,9 @@ from race.study.cells import format_budget
 from race.study.dry_run import job_counts
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The smoke study's results_dir (its reports_dir is the reports folder inside it): its own, so
+#: that running it beside the default study leaves results/ and the committed reports/ alone.
+SMOKE_RESULTS = "results-smoke"
 
 
 def workdir(tmp_path: Path) -> Path:
@@ -46,7 +49,16 @@ def test_dry_runs(tmp_path, configfile):
     wd = workdir(tmp_path)
     out = snakemake(wd, "-n", "--cores", "2", "--configfile", configfile).stdout
     assert "train" in out and "evaluate" in out and "report" in out
-    assert not (wd / "results").exists()
+    assert not (wd / "results").exists() and not (wd / SMOKE_RESULTS).exists()
+
+
+def test_a_results_dir_holding_another_study_is_refused(tmp_path):
+    wd = workdir(tmp_path)
+    (wd / SMOKE_RESULTS).mkdir()
+    (wd / SMOKE_RESULTS / "STUDY").write_text("race-default\n")
+    proc = snakemake(wd, "-n", "--cores", "1", "--configfile", "configs/smoke.yaml", check=False)
+    assert proc.returncode != 0
+    assert "holds the study 'race-default'" in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("sizes, rewards", [
@@ -70,12 +82,13 @@ def test_training_and_evaluation_wait_for_their_cells_inputs(tmp_path, sizes, re
     assert {rule for rule, _, _ in blocks} == {"train", "evaluate"}
     for rule, inputs, wildcards in blocks:
         w = dict(part.split("=") for part in wildcards.split(", "))
-        assert ("results/base/size~nano/pre.json" in inputs) == (w["size"] == "nano"), inputs
+        base = f"{SMOKE_RESULTS}/base/size~nano/pre.json"
+        assert (base in inputs) == (w["size"] == "nano"), inputs
         # Evaluation reranks best-of-n with eval.prm (nano, when there is one) whatever the
         # cell's reward.
         needs_prm = w["reward"] == "rule+prm" if rule == "train" else bool(
             config["prm"]["sizes"])
-        assert ("results/prm/size~nano/prm.json" in inputs) == needs_prm, inputs
+        assert (f"{SMOKE_RESULTS}/prm/size~nano/prm.json" in inputs) == needs_prm, inputs
 
 
 def test_slurm_profile_parses(tmp_path):
@@ -152,7 +165,7 @@ def test_bad_configs_are_rejected_before_anything_is_written(tmp_path, override,
     proc = snakemake(wd, "-n", "--cores", "1", "--configfile", "bad.yaml", check=False)
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
-    assert not (wd / "results").exists()
+    assert not (wd / SMOKE_RESULTS).exists()
 
 
 def test_flop_counts_in_scientific_notation_through_snakemake(tmp_path):
@@ -180,7 +193,7 @@ def test_duplicate_names_are_rejected(tmp_path):
     study.write_text((wd / "configs" / "smoke.yaml").read_text() + "seeds: [0, 1]\n")
     proc = snakemake(wd, "-n", "--cores", "1", "--configfile", "study.yaml", check=False)
     assert proc.returncode != 0 and "duplicate key 'seeds'" in proc.stdout + proc.stderr
-    assert not (wd / "results").exists()
+    assert not (wd / SMOKE_RESULTS).exists()
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +210,7 @@ def smoke_study(tmp_path_factory) -> dict:
 def test_smoke_study_end_to_end(smoke_study):
     wd = smoke_study["wd"]
     config = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
-    runs = pd.read_csv(wd / "results" / "runs.csv")
+    runs = pd.read_csv(wd / SMOKE_RESULTS / "runs.csv")
     trained = runs[runs["stage"] != "base"]
     n_grid = len(config["sizes"]) * len(config["rewards"]) * len(config["allocations"])
     assert (trained["stage"] == "full").sum() == n_grid * len(config["budgets"])
@@ -206,7 +219,7 @@ def test_smoke_study_end_to_end(smoke_study):
     assert (trained[trained["reward"] == "rule+prm"]["flops_reward"] > 0).all()
     assert (trained[trained["reward"] == "rule"]["flops_reward"] == 0).all()
     cells = set(trained["cell"])
-    db = sqlite3.connect(wd / "results" / "mlflow" / "mlflow.db")
+    db = sqlite3.connect(wd / SMOKE_RESULTS / "mlflow" / "mlflow.db")
     keys = [r[0] for r in db.execute(
         "select value from tags where key = 'run_key'")]
     assert sorted(keys) == sorted(cells)  # exactly one MLflow run per cell
@@ -218,17 +231,17 @@ def test_smoke_study_end_to_end(smoke_study):
     assert len(evals) == len(cells)  # every cell has its evaluations
     assert all(n == distinct for n, distinct in evals.values())  # no (key, step) twice
     for name in ("report.md", "frontier.csv", "regime.csv"):
-        assert (wd / "reports" / name).exists()
+        assert (wd / SMOKE_RESULTS / "reports" / name).exists()
     # The report reads the trained PRM's record: one row, the rewards and evaluation using it.
-    feedback = pd.read_csv(wd / "reports" / "feedback.csv")
+    feedback = pd.read_csv(wd / SMOKE_RESULTS / "reports" / "feedback.csv")
     assert feedback[["prm", "used_by"]].values.tolist() == [["nano", "rule+prm, eval"]]
-    assert "## Feedback models" in (wd / "reports" / "report.md").read_text()
+    assert "## Feedback models" in (wd / SMOKE_RESULTS / "reports" / "report.md").read_text()
     # The noisy teacher wrote the base policies' solutions; sampled pass@1 ran everywhere.
-    pre = json.loads((wd / "results" / "base" / "size~nano" / "pre.json").read_text())
+    pre = json.loads((wd / SMOKE_RESULTS / "base" / "size~nano" / "pre.json").read_text())
     written = pre["teacher"]["written"]
     assert written["truncated"] > 0.5 * written["eligible_for_truncation"]
     assert runs["acc_sampled_pass1"].notna().all() and (runs["n_sampled_pass1"] == 8).all()
-    figures = sorted(p.name for p in (wd / "reports" / "figures").glob("*.png"))
+    figures = sorted(p.name for p in (wd / SMOKE_RESULTS / "reports" / "figures").glob("*.png"))
     assert len(figures) == 6
     # Progress inside the jobs: a line per training step, and pretraining's progress.
     train_log = (wd / "logs" / "runs" / f"{KILLED}.log").read_text()
@@ -241,7 +254,7 @@ def test_smoke_study_end_to_end(smoke_study):
     top = trained[(trained["stage"] == "full") & (trained["budget"] == max(config["budgets"]))]
     cell = top.iloc[0]
     budget = format_budget(cell["budget"])
-    target = wd / "results" / "runs" / cell["cell"] / f"budget~{budget}" / "eval.json"
+    target = wd / SMOKE_RESULTS / "runs" / cell["cell"] / f"budget~{budget}" / "eval.json"
     assert target.exists(), target
     target.unlink()
     plan = job_counts(snakemake(wd, "-n", "--cores", "2", "--configfile",
@@ -282,7 +295,7 @@ CUT_EVAL = "size~nano/reward~rule+prm/alloc~base/seed~0/budget~4e9/eval.json"
 
 
 def runs_table(wd: Path) -> pd.DataFrame:
-    runs = pd.read_csv(wd / "results" / "runs.csv").drop(columns=TIMING_COLUMNS)
+    runs = pd.read_csv(wd / SMOKE_RESULTS / "runs.csv").drop(columns=TIMING_COLUMNS)
     return runs.sort_values(["stage", "cell", "budget"]).reset_index(drop=True)
 
 
@@ -296,7 +309,7 @@ def without_wall_time(obj):
 
 def ledgers(wd: Path) -> dict[str, dict]:
     """Every ledger of the study (each rung's and each run's), wall seconds aside."""
-    root = wd / "results" / "runs"
+    root = wd / SMOKE_RESULTS / "runs"
     return {str(p.relative_to(root)): without_wall_time(json.loads(p.read_text()))
             for p in sorted(root.rglob("ledger.json")) if "checkpoints" not in p.parts}
 
@@ -304,7 +317,7 @@ def ledgers(wd: Path) -> dict[str, dict]:
 def mlflow_points(wd: Path) -> list[tuple]:
     """(run_key, key, step, value) of every metric point of the active runs, with repeats;
     wall seconds (perf/...) without their value, which differs between any two runs."""
-    db = sqlite3.connect(wd / "results" / "mlflow" / "mlflow.db")
+    db = sqlite3.connect(wd / SMOKE_RESULTS / "mlflow" / "mlflow.db")
     rows = db.execute("select t.value, m.key, m.step, m.value from metrics m join runs r on "
                       "r.run_uuid = m.run_uuid join tags t on t.run_uuid = m.run_uuid and "
                       "t.key = 'run_key' where r.lifecycle_stage = 'active'").fetchall()
@@ -323,7 +336,7 @@ def test_faults_leave_the_study_as_if_uninterrupted(smoke_study, tmp_path):
     """Kill one training job after its second rung, rerun; then delete the MLflow DB, cut
     a ledger and an evaluation short, rerun: the study is the uninterrupted one."""
     wd = workdir(tmp_path)
-    run = wd / "results" / "runs" / KILLED
+    run = wd / SMOKE_RESULTS / "runs" / KILLED
     # The training job of KILLED kills itself two steps past its second rung's checkpoint.
     study = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2",
                               "--configfile", "configs/smoke.yaml"], cwd=wd,
@@ -344,15 +357,15 @@ def test_faults_leave_the_study_as_if_uninterrupted(smoke_study, tmp_path):
           f"{killed_at - kept} steps redone")
     assert killed_at == kept + 1  # killed at the end of step kept + 2, before it was logged
 
-    (wd / "results" / "mlflow" / "mlflow.db").unlink()
-    cut_short(wd / "results" / "runs" / CUT_LEDGER)
-    cut_short(wd / "results" / "runs" / CUT_EVAL)
+    (wd / SMOKE_RESULTS / "mlflow" / "mlflow.db").unlink()
+    cut_short(wd / SMOKE_RESULTS / "runs" / CUT_LEDGER)
+    cut_short(wd / SMOKE_RESULTS / "runs" / CUT_EVAL)
     # A dry run says what it would set aside and changes nothing.
     dry = snakemake(wd, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml")
     assert (dry.stdout + dry.stderr).count("(dry run: left in place)") == 3
-    assert (wd / "results" / "runs" / CUT_LEDGER).exists()
-    assert (wd / "results" / "runs" / CUT_EVAL).exists()
-    assert (wd / "results" / "mlflow" / "logged.json").exists()
+    assert (wd / SMOKE_RESULTS / "runs" / CUT_LEDGER).exists()
+    assert (wd / SMOKE_RESULTS / "runs" / CUT_EVAL).exists()
+    assert (wd / SMOKE_RESULTS / "mlflow" / "logged.json").exists()
     rerun = snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
     notes = rerun.stdout + rerun.stderr
     assert "set aside as ledger.json.corrupt, the train (race train) job reruns" in notes

@@ -39,7 +39,7 @@ class CorruptOutputError(ValueError):
 
 
 def producer(path: str | Path) -> str:
-    return PRODUCERS.get(Path(path).name, "that writes it")
+    return PRODUCERS.get(Path(path).name, "workflow")
 
 
 def read_output(path: str | Path) -> dict:
@@ -85,9 +85,23 @@ def corrupt_outputs(results_dir: str | Path) -> list[Path]:
     return sorted(found)
 
 
+#: A run folder's own files (not a rung's) that its training job writes beside its declared
+#: outputs: Snakemake reruns the job for one of them only when the run's DONE goes too.
+RUN_LEVEL = ("train.json", "ledger.json")
+
+
 def set_aside(path: Path, reason: str) -> str:
-    """Rename ``path`` to ``<path>.corrupt`` (replacing an older one); returns a log line."""
+    """Rename ``path`` to ``<path>.corrupt`` (replacing an older one); returns a log line.
+    A run-level :data:`RUN_LEVEL` file takes the run's ``DONE`` with it, so that the training
+    job reruns (it resumes from its checkpoints); a damaged ``perf.json`` stays missing (a
+    finished run is reused, not retrained, and its utilisation columns are then empty)."""
     path.replace(path.with_name(path.name + CORRUPT_SUFFIX))
+    done = path.parent / "DONE"
+    if path.name in RUN_LEVEL and not path.parent.name.startswith("budget~") and done.exists():
+        done.unlink()
+    elif path.name == "perf.json":
+        return (f"race: {path}: {reason}; set aside as {path.name}{CORRUPT_SUFFIX}: the run's "
+                "device and utilisation columns stay empty (a finished run is not retrained)")
     return (f"race: {path}: {reason}; set aside as {path.name}{CORRUPT_SUFFIX}, the "
             f"{producer(path)} job reruns")
 

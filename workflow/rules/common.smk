@@ -15,11 +15,16 @@ from race.tracking.mirror import forget_lost_store
 # Cross-field checks (unknown names, rungs below one step, ...) before any job is scheduled.
 STUDY = S.check_config(config)
 R = str(C.results(STUDY))
+# Where the tables, figures and report.md go: the default study's are committed under reports/,
+# so another study (the smoke study) writes its own elsewhere.
+REPORTS = STUDY["reports_dir"]
 # A damaged output looks up to date to Snakemake: set it aside so its job reruns (once, in the
 # scheduling process; cluster jobs parse this file again and leave results alone). A dry run
 # only says what a real run would set aside.
 if workflow.is_main_process:
     DRY = workflow.output_settings.dryrun
+    # One study per results directory (race.study.config.claim_results_dir).
+    S.claim_results_dir(STUDY, check_only=DRY)
     for line in set_aside_corrupt(R, DRY) + forget_lost_store(STUDY, DRY):
         print(line, file=sys.stderr)
 # How a job calls the package's CLI: the scheduler's interpreter, or the conda env's python
@@ -53,6 +58,11 @@ def larger_first(size):
 def in_results(path):
     """``path`` (relative, may hold wildcards) under the study's results directory."""
     return os.path.join(R, path)
+
+
+def in_reports(path):
+    """``path`` (relative) under the study's reports directory (``reports_dir``)."""
+    return os.path.join(REPORTS, path)
 
 
 def in_run(path):
@@ -131,17 +141,23 @@ def rung_ledger(cell, budget):
     return in_results(f"runs/{cell.key}/budget~{budget}/ledger.json")
 
 
+def run_done(cell):
+    """A run's DONE, named as a target: deleting it (or a damaged run-level file set aside
+    with it, race.outputs.set_aside) reruns the cell's training job, which resumes."""
+    return in_results(f"runs/{cell.key}/DONE")
+
+
 def final_targets():
     """What `snakemake` builds: the reports, the runs table, the MLflow mirror, the whole
-    feedback ladder, and every base policy, rung ledger and evaluation by name. Naming them
+    feedback ladder, and every base policy, rung ledger, run's DONE and evaluation by name. Naming them
     matters: Snakemake does not rebuild a deleted intermediate file whose consumers are up to
     date, so a deleted (or damaged, hence set aside) rung ledger or evaluation is rebuilt, with
     the tables and reports after it, only because it is a requested target."""
-    targets = ["reports/report.md", in_results("runs.csv")]
+    targets = [in_reports("report.md"), in_results("runs.csv")]
     targets += [in_results("mlflow/logged.json")] if MLFLOW_ON else []
     targets += [in_results(f"prm/size~{p}/prm.json") for p in PRMS]
     targets += [in_results(f"base/size~{s}/pre.json") for s in LADDER]
-    targets += [rung_ledger(c, b) for c in GRID for b in BUDGETS]
+    targets += [rung_ledger(c, b) for c in GRID for b in BUDGETS] + [run_done(c) for c in GRID]
     return targets + grid_evals() + base_evals()
 
 
@@ -149,4 +165,5 @@ def validation_targets(w):
     """The validation runs' ledgers and evaluations (named for the same reason)."""
     selected = read_output(checkpoints.select.get().output.selected)["selected"]
     cells = C.validation_cells(STUDY, selected)
-    return [rung_ledger(c, VALIDATION_BUDGET) for c in cells] + validation_evals(w)
+    return ([rung_ledger(c, VALIDATION_BUDGET) for c in cells] + [run_done(c) for c in cells]
+            + validation_evals(w))

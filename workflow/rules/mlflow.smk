@@ -30,14 +30,15 @@ rule mlflow_log:
     input:
         runs=in_results("runs.csv"),
         selected=in_results("race/selected.json") if RACE_ON else [],
-        report="reports/report.md",
+        report=in_reports("report.md"),
     output:
         in_results("mlflow/logged.json"),
     params:
         race=RACE,
-        # The whole resolved config: the mirror rebuilds each cell's train and eval jobs (run
-        # params, expected evaluations) and attaches the config to the study run.
-        config=S.config_slice(STUDY, *STUDY),
+        # The resolved config: the mirror rebuilds each cell's train and eval jobs (run
+        # params, expected evaluations) and attaches the config to the study run. Less how
+        # jobs are scheduled and where reports go, so that editing those reruns nothing here.
+        config=S.config_slice(STUDY, *(k for k in STUDY if k not in ("resources", "reports_dir"))),
         selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
         reports=lambda w, input: os.path.dirname(input.report),
     log:

@@ -12,16 +12,16 @@ rule report:
         stages=in_results("stages.csv"),
         prms=expand(in_results("prm/size~{prm}/prm.json"), prm=PRMS),
     output:
-        report="reports/report.md",
-        page=report("reports/report.html", caption="../report/report.rst", category="Report"),
+        report=in_reports("report.md"),
+        page=report(in_reports("report.html"), caption="../report/report.rst", category="Report"),
         frontier=report(
-            "reports/frontier.csv",
+            in_reports("frontier.csv"),
             caption="../report/frontier.rst",
             category="Tables",
         ),
-        regime=report("reports/regime.csv", caption="../report/regime.rst", category="Tables"),
+        regime=report(in_reports("regime.csv"), caption="../report/regime.rst", category="Tables"),
         feedback=report(
-            "reports/feedback.csv",
+            in_reports("feedback.csv"),
             caption="../report/feedback.rst",
             category="Tables",
         ),
@@ -29,7 +29,7 @@ rule report:
         # captions report.md uses (race.analysis.report_pages).
         **{
             f"figure_{name}": report(
-                f"reports/figures/{name}.png",
+                in_reports(f"figures/{name}.png"),
                 caption=f"../../reports/captions/{name}.rst",
                 category="Figures",
             )
@@ -39,7 +39,7 @@ rule report:
         # for the study's RACE targets, or <reward> files; which exist depends on the data.
         **{
             f"panels_{name}": report(
-                directory(f"reports/figures/{name}"),
+                directory(in_reports(f"figures/{name}")),
                 caption=f"../../reports/captions/{name}.rst",
                 category="Single-column figures",
                 patterns=["{reward}/{target}.png"] if name in PER_TARGET else ["{reward}.png"],

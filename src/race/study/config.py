@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from race.atomic import write_text_atomic
 from race.data.task import TaskSpec
 from race.data.teacher import TeacherSpec
 from race.policy.ladder import LADDER_DIALS
@@ -28,6 +29,7 @@ from race.study.cells import (
     ConfigError,
     cell_key,
     fits_wildcard,
+    format_budget,
     is_hub_id,
     is_ladder,
     slug,
@@ -246,6 +248,27 @@ def is_model_spec(spec: str) -> bool:
 
     return (is_ladder(spec) or Path(spec).is_dir() or is_known(spec)
             or is_hub_id(spec))
+
+
+#: The file in a results directory that names the study whose files it holds.
+STUDY_MARKER = "STUDY"
+
+
+def claim_results_dir(config: dict, check_only: bool = False) -> None:
+    """Refuse a ``results_dir`` that holds another study's files (its :data:`STUDY_MARKER`
+    names another ``study``): that study's data, base policies and PRMs sit at the same paths,
+    so running this one would rebuild them over it, and that one would then retrain every cell
+    from step 1. Marks an unmarked folder as this study's unless ``check_only`` (a dry run)."""
+    marker = Path(config["results_dir"]) / STUDY_MARKER
+    if marker.is_file():
+        owner = marker.read_text().strip()
+        if owner and owner != config["study"]:
+            raise ConfigError(f"results_dir: {config['results_dir']} holds the study {owner!r} "
+                              f"({marker}), not {config['study']!r}: give each study its own "
+                              "results_dir (and reports_dir)")
+    elif not check_only:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(marker, config["study"] + "\n")
 
 
 def config_slice(config: dict, *keys: str) -> str:
@@ -484,6 +507,14 @@ def check_config(config: dict) -> dict:
                           f"target ({', '.join(evaluated) or 'none'}) has no value at the pilot "
                           "rungs; name one in race.targets or add one to eval.targets")
     _unique(race["validation_seeds"], "race.validation_seeds")
+    names = [format_budget(b) for b in config["budgets"]]
+    for i, (budget, name) in enumerate(zip(config["budgets"], names, strict=True)):
+        # A rung's folder is named budget~<7 significant digits>: two budgets must not share
+        # one, and the name must read back as the budget the trainer stops at.
+        if float(name) != float(budget) or names.index(name) != i:
+            raise ConfigError(f"budgets[{i}]: {budget!r} would be written to budget~{name}, "
+                              "which is not exactly it or is another rung's folder: use at most "
+                              "7 significant digits")
     smallest_step_check(config)
     from race.study.inputs import InputError, check_inputs
 
