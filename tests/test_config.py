@@ -269,7 +269,7 @@ def test_each_budget_has_a_rung_folder_of_its_own(tmp_path):
 
 
 def test_a_results_dir_holding_another_study_is_refused(tmp_path):
-    from race.study.config import STUDY_MARKER, claim_results_dir
+    from race.study.cells import STUDY_MARKER, claim_results_dir
 
     config = check_config(load_config(smoke_text(tmp_path, "[4e9, 8e9]")))
     claim_results_dir(config, check_only=True)

@@ -23,8 +23,8 @@ REPORTS = STUDY["reports_dir"]
 # only says what a real run would set aside.
 if workflow.is_main_process:
     DRY = workflow.output_settings.dryrun
-    # One study per results directory (race.study.config.claim_results_dir).
-    S.claim_results_dir(STUDY, check_only=DRY)
+    # One study per results directory (race.study.cells.claim_results_dir).
+    C.claim_results_dir(STUDY, check_only=DRY)
     for line in set_aside_corrupt(R, DRY) + forget_lost_store(STUDY, DRY):
         print(line, file=sys.stderr)
 # How a job calls the package's CLI: the scheduler's interpreter, or the conda env's python

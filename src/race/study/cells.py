@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from race.atomic import write_text_atomic
 from race.policy.ladder import LADDER_DIALS
 
 #: Marker file of a finished run folder and of a complete rung snapshot.
@@ -183,6 +184,27 @@ def evaluated_rungs(config: dict, cell: Cell) -> list[float]:
 
 def results(config: dict) -> Path:
     return Path(config["results_dir"])
+
+
+#: The file in a results directory that names the study whose files it holds.
+STUDY_MARKER = "STUDY"
+
+
+def claim_results_dir(config: dict, check_only: bool = False) -> None:
+    """Refuse a ``results_dir`` that holds another study's files (its :data:`STUDY_MARKER`
+    names another ``study``): that study's data, base policies and PRMs sit at the same paths,
+    so running this one would rebuild them over it, and that one would then retrain every cell
+    from step 1. Marks an unmarked folder as this study's unless ``check_only`` (a dry run)."""
+    marker = Path(config["results_dir"]) / STUDY_MARKER
+    if marker.is_file():
+        owner = marker.read_text().strip()
+        if owner and owner != config["study"]:
+            raise ConfigError(f"results_dir: {config['results_dir']} holds the study {owner!r} "
+                              f"({marker}), not {config['study']!r}: give each study its own "
+                              "results_dir (and reports_dir)")
+    elif not check_only:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(marker, config["study"] + "\n")
 
 
 def base_dir(config: dict, size: str) -> str:
