@@ -155,3 +155,11 @@ def test_one_vocabulary_default(capsys):
     micro = next(line for line in models.splitlines() if line.startswith("| micro"))
     assert f"| {flops['params']:,} |" in micro
     assert flops["params"] == F.resolve_arch("micro").params()
+
+
+def test_a_missing_input_file_is_named_with_exit_2(tmp_path, capsys):
+    missing = tmp_path / "pilot.csv"
+    assert main(["select", str(missing), "--top-k", "1", "--baseline", "g8",
+                 "--out", str(tmp_path / "selected.json")]) == 2
+    assert f"race select: No such file or directory: {missing}" in capsys.readouterr().err
+    assert not (tmp_path / "selected.json").exists()

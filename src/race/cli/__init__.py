@@ -107,4 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # a bad config, cell or job: the message names the key
         print(f"race {args.command}: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # an input file given on the command line that is not there
+        if exc.filename is None:
+            raise
+        print(f"race {args.command}: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        return 2
 
