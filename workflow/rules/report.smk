@@ -30,7 +30,7 @@ rule report:
         **{
             f"figure_{name}": report(
                 in_reports(f"figures/{name}.png"),
-                caption=f"../../reports/captions/{name}.rst",
+                caption=os.path.abspath(in_reports(f"captions/{name}.rst")),
                 category="Figures",
             )
             for name in FIGURES
@@ -40,7 +40,7 @@ rule report:
         **{
             f"panels_{name}": report(
                 directory(in_reports(f"figures/{name}")),
-                caption=f"../../reports/captions/{name}.rst",
+                caption=os.path.abspath(in_reports(f"captions/{name}.rst")),
                 category="Single-column figures",
                 patterns=["{reward}/{target}.png"] if name in PER_TARGET else ["{reward}.png"],
             )
