@@ -149,10 +149,10 @@ def run_done(cell):
 
 def final_targets():
     """What `snakemake` builds: the reports, the runs table, the MLflow mirror, the whole
-    feedback ladder, and every base policy, rung ledger, run's DONE and evaluation by name. Naming them
-    matters: Snakemake does not rebuild a deleted intermediate file whose consumers are up to
-    date, so a deleted (or damaged, hence set aside) rung ledger or evaluation is rebuilt, with
-    the tables and reports after it, only because it is a requested target."""
+    feedback ladder, and every base policy, rung ledger, run's DONE and evaluation by name.
+    Naming them matters: Snakemake does not rebuild a deleted intermediate file whose consumers
+    are up to date, so a deleted (or damaged, hence set aside) rung ledger or evaluation is
+    rebuilt, with the tables and reports after it, only because it is a requested target."""
     targets = [in_reports("report.md"), in_results("runs.csv")]
     targets += [in_results("mlflow/logged.json")] if MLFLOW_ON else []
     targets += [in_results(f"prm/size~{p}/prm.json") for p in PRMS]
