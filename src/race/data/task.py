@@ -371,10 +371,15 @@ def verify_math(completion: str, answer: str | int | float) -> bool:
     return abs(got - want) < 1e-6
 
 
+#: Each verifier by its config name (``verifier: task | math``): (whether a completion's final
+#: answer is the answer, the final answer it states or None).
+VERIFIERS = {"task": (verify, extract_answer), "math": (verify_math, math_answer)}
+
+
 def answer_reader(verifier: str):
-    """The final answer a completion states, as the verifier ``verifier`` (task | math) reads
-    it, or None when it states none: :func:`extract_answer` or :func:`math_answer`."""
-    return math_answer if verifier == "math" else extract_answer
+    """The final answer a completion states, as the verifier ``verifier`` reads it, or None
+    when it states none (:data:`VERIFIERS`)."""
+    return VERIFIERS[verifier][1]
 
 
 @dataclass

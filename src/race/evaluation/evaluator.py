@@ -12,14 +12,12 @@ from typing import Any
 
 from race.data.task import (
     FAILURES,
+    VERIFIERS,
     Record,
-    extract_answer,
     failure_kind,
     is_arithmetic,
     math_answer,
     problem_of,
-    verify,
-    verify_math,
 )
 from race.evaluation.metrics import (
     best_index,
@@ -153,10 +151,10 @@ def _math_key(completion: str) -> float | None:
 
 
 def verifier(name: str) -> tuple[Callable[[str, str], bool], Callable[[str], Any]]:
-    """(is the completion correct, its final-answer key for majority voting) for a verifier."""
-    if name == "math":
-        return verify_math, _math_key
-    return verify, extract_answer
+    """(is the completion correct, its final-answer key for majority voting) for a verifier
+    (race.data.task.VERIFIERS; a math answer rounded, :func:`_math_key`)."""
+    is_correct, answer = VERIFIERS[name]
+    return is_correct, _math_key if name == "math" else answer
 
 
 # --------------------------------------------------------------------------- sampling

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from race.data.task import answer_reader, verify, verify_math
+from race.data.task import VERIFIERS, answer_reader
 from race.feedback.scores import AGGREGATES, as_text
 from race.flops.meter import PhaseFlops
 
@@ -27,9 +27,9 @@ from race.flops.meter import PhaseFlops
 class RuleReward:
     """The verifier as a reward: exact final answer after the ``####`` marker."""
 
-    def __init__(self, math_verifier: bool = False):
+    def __init__(self, verifier: str = "task"):
         self.__name__ = "rule"
-        self._verify = verify_math if math_verifier else verify
+        self._verify = VERIFIERS[verifier][0]
 
     def __call__(self, prompts, completions, answer, **_) -> list[float]:
         return [1.0 if self._verify(c, a) else 0.0 for c, a in zip(completions, answer,
@@ -46,7 +46,7 @@ def build_reward(spec: dict, tokenizer=None, results_dir=None):
     """The reward object for a ``rewards:`` config entry (``type`` rule, prm, rule+prm, orm)."""
     kind = spec.get("type", "rule")
     if kind == "rule":
-        return RuleReward(math_verifier=spec.get("verifier", "task") == "math")
+        return RuleReward(spec.get("verifier", "task"))
     if kind in ("prm", "rule+prm", "orm"):
         return build_model_reward(spec, tokenizer=tokenizer, results_dir=results_dir)
     raise ValueError(f"rewards: unknown type {kind!r} (known: rule, prm, rule+prm, orm)")
@@ -84,7 +84,7 @@ class FeedbackReward:
         self.__name__ = kind
         self.rule = None
         if kind == "rule+prm":
-            self.rule = RuleReward(math_verifier=verifier == "math")
+            self.rule = RuleReward(verifier)
         self._answer = answer_reader(verifier) if kind != "orm" else None
 
     def _model_scores(self, prompts: list, completions: list[str]) -> list[float]:

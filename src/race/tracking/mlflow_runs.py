@@ -328,8 +328,9 @@ class RunLogger:
         with locked(self.run_dir) as lock:
             count = _flush_count(lock)
             if count != self._seen_flushes:  # another process logged: ask the store again
-                self._start_cache(False, count)
-                self._follow_id_file(lock)  # ... and maybe replaced the run
+                # ... and maybe replaced the run (following it starts the cache afresh)
+                if not self._follow_id_file(lock):
+                    self._start_cache(False, count)
             now = int(time.time() * 1000)
             batch = []
             for key, points in sorted(self._pending.items()):
