@@ -42,6 +42,21 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
 
 
+# The light jobs (data, tokenizer, tables, selection, report, MLflow) run where Snakemake runs,
+# not as cluster jobs: on SLURM only the model jobs queue for a (GPU) node, and the data job
+# runs where a hub is reachable. On a workstation this changes nothing.
+localrules:
+    all,
+    tokenizer,
+    data,
+    aggregate_pilot,
+    select,
+    aggregate,
+    report,
+    mlflow_init,
+    mlflow_log,
+
+
 rule all:
     input:
         final_targets(),

@@ -99,3 +99,28 @@ def test_jobs_carry_dtype_not_threads(smoke):
     assert jobs.eval_job(config, cell).dtype == "bfloat16"
     assert jobs.to_json(jobs.train_job(config, cell)) == jobs.to_json(jobs.train_job(
         {**config, "resources": smoke["resources"]}, cell))
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_run_options_travel_apart_from_the_job(smoke, live):
+    """The rule's params hold the job less its run options (a change of those would rerun
+    it); the options JSON the rule passes beside it restores the very job a human gets."""
+    config = {**smoke, "mlflow": {**smoke["mlflow"], "live": live,
+                                  "tracking_uri": "http://127.0.0.1:5000"}}
+    cell = C.grid_cells(config)[0]
+    job = jobs.train_job(config, cell)
+    assert (job.mlflow is not None) == live
+    params = json.loads(jobs.params_json("train", job))
+    assert not set(jobs.RUN_OPTIONS["train"]) & set(params)
+    rebuilt = jobs.with_run_options("train", jobs.from_json(jobs.TrainJob,
+                                                            jobs.params_json("train", job)),
+                                    jobs.run_options_json("train", config))
+    assert rebuilt == job == jobs.job_for_cell("train", config, cell.key)
+    # Editing a run option leaves the params as they were.
+    faster = {**config, "training": {**config["training"], "save_every": 3}}
+    assert jobs.params_json("train", jobs.train_job(faster, cell)) == jobs.params_json(
+        "train", job)
+    assert jobs.params_json("evaluate", jobs.eval_job(config, cell)) == jobs.to_json(
+        jobs.eval_job(config, cell))
+    with pytest.raises(ValueError, match=r"not a run option of race train: \['seed'\]"):
+        jobs.with_run_options("train", job, '{"seed": 3}')

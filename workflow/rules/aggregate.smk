@@ -10,7 +10,6 @@ rule aggregate_pilot:
     output:
         pilot=in_results("race/pilot.csv"),
     params:
-        race=RACE,
         config=S.config_slice(STUDY, "study", "sizes", "rewards", "allocations", "budgets",
                               "seeds", "race", "eval", "results_dir", "training", "prm"),
     log:
@@ -22,7 +21,7 @@ rule aggregate_pilot:
         mem_mb=res("aggregate", "mem_mb"),
         runtime=res("aggregate", "runtime"),
     shell:
-        "{params.race} aggregate --pilot --config {params.config:q} --out {output.pilot} > {log} 2>&1"
+        "race aggregate --pilot --config {params.config:q} --out {output.pilot} > {log} 2>&1"
 
 
 # RACE: rank the pilot (low rungs, one seed), select top-k + baseline per reward x target.
@@ -34,7 +33,6 @@ checkpoint select:
     output:
         selected=in_results("race/selected.json"),
     params:
-        race=RACE,
         top_k=STUDY["race"]["top_k"],
         baseline=C.baseline_alloc(STUDY),
         targets=" ".join(specs.race_targets(STUDY)),
@@ -46,7 +44,7 @@ checkpoint select:
         mem_mb=res("aggregate", "mem_mb"),
         runtime=res("aggregate", "runtime"),
     shell:
-        "{params.race} select {input.pilot} --top-k {params.top_k} --baseline {params.baseline}"
+        "race select {input.pilot} --top-k {params.top_k} --baseline {params.baseline}"
         " --targets {params.targets} --out {output.selected} > {log} 2>&1"
 
 
@@ -63,7 +61,6 @@ rule aggregate:
         runs=in_results("runs.csv"),
         stages=in_results("stages.csv"),
     params:
-        race=RACE,
         config=rules.aggregate_pilot.params.config,
         selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
     log:
@@ -73,4 +70,4 @@ rule aggregate:
         mem_mb=res("aggregate", "mem_mb"),
         runtime=res("aggregate", "runtime"),
     shell:
-        "{params.race} aggregate --config {params.config:q} {params.selected} --out {output.runs} > {log} 2>&1"
+        "race aggregate --config {params.config:q} {params.selected} --out {output.runs} > {log} 2>&1"

@@ -11,7 +11,6 @@ rule base:
     output:
         pre=in_results("base/size~{size}/pre.json"),
     params:
-        race=RACE,
         job=lambda w: J.to_json(J.pretrain_job(STUDY, w.size)),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
@@ -26,4 +25,4 @@ rule base:
         runtime=res("base", "runtime"),
         gpu=res("base", "gpu"),
     shell:
-        "{params.race} pretrain --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race pretrain --job {params.job:q} --threads {threads} > {log} 2>&1"

@@ -33,6 +33,18 @@ RACE = invocation(
     any(method.name == "CONDA" for method in workflow.deployment_settings.deployment_method),
     workflow.basedir,
 )
+# How a training job runs but not what it computes (race.study.jobs.RUN_OPTIONS: live MLflow
+# logging, checkpoint cadence), the same for every cell.
+TRAIN_RUN_OPTIONS = J.run_options_json("train", STUDY)
+# Neither is a param: Snakemake reruns a job whose params change, and neither where the
+# interpreter lives (a venv moved or rebuilt elsewhere) nor these options change a result. Every
+# job's shell starts with this prefix (after Snakemake's own strict mode): the rules call the
+# CLI as `race <verb>`, a shell function over RACE, and a training job reads its run options
+# from $RACE_TRAIN_RUN_OPTIONS.
+shell.prefix(
+    "set -euo pipefail; race() {{ {RACE} \"$@\"; }}; "
+    "export RACE_TRAIN_RUN_OPTIONS={TRAIN_RUN_OPTIONS:q}; "
+)
 # The content-derived path of one cell (docs/design.md): run folder, MLflow run name, run_key.
 CELL = "size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
 GRID = C.grid_cells(STUDY)
@@ -109,8 +121,11 @@ EVAL_PRM = specs.eval_prm(STUDY)
 EVAL_PRM_INPUT = [in_results(f"prm/size~{EVAL_PRM}/prm.json")] if EVAL_PRM in PRMS else []
 # What a base policy's evaluation waits for: the PRM of the reward its native_reward uses.
 BASE_REWARD_INPUT = reward_prm(J.base_reward(STUDY))
-# What a training job waits for: the MLflow DB, when it logs live.
-MLFLOW_INPUT = [in_results("mlflow/initialized.json")] if specs.mlflow_live(STUDY) else []
+# What a training job waits for: the MLflow DB, when it logs live. Waits for, not depends on
+# (ancient): a DB initialised again (another tracking URI, a lost DB rebuilt) retrains nothing.
+MLFLOW_INPUT = (
+    [ancient(in_results("mlflow/initialized.json"))] if specs.mlflow_live(STUDY) else []
+)
 
 
 def rung_eval(cell, budget):

@@ -9,7 +9,6 @@ rule data:
         eval_in=in_results("data/eval_in.jsonl"),
         eval_ood=in_results("data/eval_ood.jsonl"),
     params:
-        race=RACE,
         config=S.config_slice(STUDY, "task"),
         out=lambda w, output: os.path.dirname(output.train),
     log:
@@ -21,7 +20,7 @@ rule data:
         mem_mb=res("data", "mem_mb"),
         runtime=res("data", "runtime"),
     shell:
-        "{params.race} data --config {params.config:q} --out {params.out} > {log} 2>&1"
+        "race data --config {params.config:q} --out {params.out} > {log} 2>&1"
 
 
 rule tokenizer:
@@ -30,7 +29,6 @@ rule tokenizer:
     output:
         tokenizer=in_results("tokenizer/tokenizer.json"),
     params:
-        race=RACE,
         out=lambda w, output: os.path.dirname(output.tokenizer),
     log:
         "logs/tokenizer.log",
@@ -41,4 +39,4 @@ rule tokenizer:
         mem_mb=res("tokenizer", "mem_mb"),
         runtime=res("tokenizer", "runtime"),
     shell:
-        "{params.race} tokenizer --out {params.out} > {log} 2>&1"
+        "race tokenizer --out {params.out} > {log} 2>&1"

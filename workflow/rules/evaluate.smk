@@ -15,7 +15,6 @@ rule evaluate:
     output:
         evals=expand(in_run("budget~{budget}/eval.json"), budget=BUDGETS, allow_missing=True),
     params:
-        race=RACE,
         job=lambda w: J.to_json(J.eval_job(STUDY, cell_of(w))),
     wildcard_constraints:
         seed="|".join(str(s) for s in STUDY["seeds"]),
@@ -29,7 +28,7 @@ rule evaluate:
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
     shell:
-        "{params.race} evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"
 
 
 # A validation-only seed is evaluated at the validation budget alone.
@@ -60,7 +59,6 @@ rule evaluate_base:
     output:
         evals=in_results("base/size~{size}/eval.json"),
     params:
-        race=RACE,
         job=lambda w: J.to_json(J.base_eval_job(STUDY, w.size)),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
@@ -74,4 +72,4 @@ rule evaluate_base:
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
     shell:
-        "{params.race} evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"

@@ -9,7 +9,6 @@ rule mlflow_init:
     output:
         in_results("mlflow/initialized.json"),
     params:
-        race=RACE,
         config=S.config_slice(STUDY, "study", "mlflow"),
     log:
         "logs/mlflow_init.log",
@@ -18,7 +17,7 @@ rule mlflow_init:
         mem_mb=res("mlflow_init", "mem_mb"),
         runtime=res("mlflow_init", "runtime"),
     shell:
-        "{params.race} mlflow-init --config {params.config:q} --out {output} > {log} 2>&1"
+        "race mlflow-init --config {params.config:q} --out {output} > {log} 2>&1"
 
 
 # Mirror every run folder (params, per-step metrics, evaluations) into MLflow in one job, once
@@ -34,7 +33,6 @@ rule mlflow_log:
     output:
         in_results("mlflow/logged.json"),
     params:
-        race=RACE,
         # The resolved config: the mirror rebuilds each cell's train and eval jobs (run
         # params, expected evaluations) and attaches the config to the study run. Less how
         # jobs are scheduled and where reports go, so that editing those reruns nothing here.
@@ -48,4 +46,4 @@ rule mlflow_log:
         mem_mb=res("mlflow_log", "mem_mb"),
         runtime=res("mlflow_log", "runtime"),
     shell:
-        "{params.race} mlflow-log --config {params.config:q} {params.selected} --reports {params.reports} --out {output} > {log} 2>&1"
+        "race mlflow-log --config {params.config:q} {params.selected} --reports {params.reports} --out {output} > {log} 2>&1"

@@ -11,7 +11,6 @@ rule prm:
     output:
         prm=in_results("prm/size~{prm}/prm.json"),
     params:
-        race=RACE,
         job=lambda w: J.to_json(J.prm_job(STUDY, w.prm)),
     wildcard_constraints:
         prm="|".join(PRMS) or "^$",
@@ -26,4 +25,4 @@ rule prm:
         runtime=res("prm", "runtime"),
         gpu=res("prm", "gpu"),
     shell:
-        "{params.race} prm --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race prm --job {params.job:q} --threads {threads} > {log} 2>&1"

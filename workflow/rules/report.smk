@@ -47,7 +47,6 @@ rule report:
             for name in FIGURES
         },
     params:
-        race=RACE,
         config=S.config_slice(STUDY, "study", "eval", "race", "rewards"),
         out=lambda w, output: os.path.dirname(output.report),
     log:
@@ -57,4 +56,4 @@ rule report:
         mem_mb=res("report", "mem_mb"),
         runtime=res("report", "runtime"),
     shell:
-        "{params.race} report {input.stages} --prm {input.prms} --out {params.out} --config {params.config:q} --threads {threads} > {log} 2>&1"
+        "race report {input.stages} --prm {input.prms} --out {params.out} --config {params.config:q} --threads {threads} > {log} 2>&1"

@@ -14,8 +14,7 @@ rule train:
         rungs=expand(in_run("budget~{budget}/ledger.json"), budget=BUDGETS, allow_missing=True),
         done=in_run("DONE"),
     params:
-        race=RACE,
-        job=lambda w: J.to_json(J.train_job(STUDY, cell_of(w))),
+        job=lambda w: J.params_json("train", J.train_job(STUDY, cell_of(w))),
     wildcard_constraints:
         seed="|".join(str(s) for s in STUDY["seeds"]),
     log:
@@ -28,7 +27,8 @@ rule train:
         runtime=res("train", "runtime"),
         gpu=res("train", "gpu"),
     shell:
-        "{params.race} train --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race train --job {params.job:q} --run-options \"$RACE_TRAIN_RUN_OPTIONS\""
+        " --threads {threads} > {log} 2>&1"
 
 
 # Validation runs of the configs the pilot selected, for the seeds the grid does not run;

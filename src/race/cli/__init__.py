@@ -55,23 +55,12 @@ def invocation(conda: bool, checkout: str) -> str:
     Under ``--sdm conda`` (``conda``) the job's own ``python``, in the envs/race.yaml
     environment, which holds the pinned stack but not this package: a conda env file cannot
     install a local path that Snakemake would find again, so it is imported from the
-    ``checkout``'s ``src/``.
+    ``checkout``'s ``src/``. The rules read it as a global of their shell commands, not as a
+    param, so which path or alias names the interpreter reruns no job.
     """
     if conda:
         return f"PYTHONPATH={shlex.quote(os.path.join(checkout, 'src'))} python -m race.cli"
-    return f"{shlex.quote(interpreter())} -m race.cli"
-
-
-def interpreter() -> str:
-    """This environment's interpreter under one name, whichever alias started the scheduler
-    (``.venv/bin/python``, ``python3`` and ``python3.11`` are one interpreter): the job's
-    command is a Snakemake param, and a changed param reruns the job, so ``snakemake`` (whose
-    script runs ``python3``) and ``python -m snakemake`` must not see two commands."""
-    for name in ("python3", "python"):
-        alias = os.path.join(sys.prefix, "bin", name)
-        if os.path.exists(alias) and os.path.realpath(alias) == os.path.realpath(sys.executable):
-            return alias
-    return sys.executable
+    return f"{shlex.quote(sys.executable)} -m race.cli"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ import json
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, cell_help: str,
-                      budget: bool = False) -> None:
+                      budget: bool = False, run_options: bool = False) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--job", help="the job as JSON (what the workflow passes)")
     src.add_argument("--config", help="study config file (with --cell)")
@@ -18,6 +18,11 @@ def add_job_arguments(parser: argparse.ArgumentParser, cell_help: str,
         parser.add_argument("--budget", type=float,
                             help="only this budget rung (FLOPs, e.g. 2e10; default: every "
                                  "evaluated rung of the cell)")
+    if run_options:
+        parser.add_argument("--run-options",
+                            help="the job's run options as JSON, over --job's or the config's "
+                                 "(race.study.jobs.RUN_OPTIONS; the workflow passes them "
+                                 "apart from --job)")
 
 
 def load_job(verb: str, args: argparse.Namespace):
@@ -39,6 +44,12 @@ def load_job(verb: str, args: argparse.Namespace):
         # A ConfigError here names the bad key; race.cli.main prints it and exits 2.
         config = load_config(args.config)
         job = jobs.job_for_cell(verb, config, args.cell, getattr(args, "budget", None))
+    if getattr(args, "run_options", None):
+        try:
+            job = jobs.with_run_options(verb, job, args.run_options)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc) if str(exc).startswith("--run-options")
+                              else f"--run-options: {exc}") from None
     import torch
 
     torch.set_num_threads(max(1, args.threads))

@@ -1,6 +1,6 @@
 """``race train``: one metered GRPO run of a study cell to its FLOP budget (see race.grpo.run).
 
-    race train --job JSON
+    race train --job JSON [--run-options JSON]
     race train --config config.yaml --cell size~nano/reward~rule/alloc~g8/seed~0
 """
 
@@ -14,7 +14,8 @@ HELP = "train one cell with GRPO + LoRA to its FLOP budget"
 
 
 def add_arguments(p) -> None:
-    add_job_arguments(p, "run key size~S/reward~R/alloc~A/seed~N (with --config)")
+    add_job_arguments(p, "run key size~S/reward~R/alloc~A/seed~N (with --config)",
+                      run_options=True)
 
 
 def run(args) -> int:

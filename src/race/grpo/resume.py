@@ -24,15 +24,16 @@ from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import FLOPS_CONVENTION
 from race.outputs import CorruptOutputError, read_output
 from race.study.cells import DONE, rung_dir
-from race.study.jobs import TrainJob, to_json
+from race.study.jobs import RUN_OPTIONS, TrainJob, to_json
 from race.study.specs import reward_model
 
 ADAPTER_FILE = "adapter_model.safetensors"
-#: TrainJob fields that do not change the trajectory (where it is logged, how it is named; the
-#: rungs only decide where to snapshot, and a change of rungs is handled apart; the device only
-#: where it computes: a run resumed on another device goes on, its numbers differing by rounding)
-NOT_TRAJECTORY = ("run_dir", "results_dir", "run_key", "study", "mlflow", "tags", "rungs",
-                  "save_every", "device")
+#: TrainJob fields that do not change the trajectory: its run options (where it logs live, how
+#: often it checkpoints), where it is written and how it is named; the rungs only decide where
+#: to snapshot, and a change of rungs is handled apart; the device only where it computes: a
+#: run resumed on another device goes on, its numbers differing by rounding)
+NOT_TRAJECTORY = (*RUN_OPTIONS["train"], "run_dir", "results_dir", "run_key", "study", "tags",
+                  "rungs", "device")
 #: Keys of the job's reward entry that do not change the trajectory either: where its feedback
 #: model computes and how many completions one scoring forward takes (rounding at most).
 REWARD_NOT_TRAJECTORY = ("device", "batch_size")

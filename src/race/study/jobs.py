@@ -22,13 +22,15 @@ job runs by :mod:`race.policy.device`). Train and evaluate jobs carry ``dtype``
 (``training.dtype``: the dtype the policy is loaded and computed in; base-policy and PRM
 training stay float32). Threads are not part of a job:
 the rule passes the threads Snakemake gave it (``resources.<rule>.threads``, capped by
-``--cores``) as ``--threads``, so changing them reruns nothing.
+``--cores``) as ``--threads``, so changing them reruns nothing. A job's run options
+(:data:`RUN_OPTIONS`: live MLflow logging, checkpoint cadence) are passed apart for the same
+reason.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 
 from race.data.teacher import TeacherSpec
 from race.study import cells as C
@@ -65,8 +67,9 @@ class TrainJob:
     seed: int = 0
     run_key: str = ""
     study: str = "race"
+    # Run options (RUN_OPTIONS): how the job runs, not what it computes.
     mlflow: MlflowSpec | None = None  # live logging from the training job; None: files only
-    save_every: int = _training("save_every")
+    save_every: int = _training("save_every")  # steps between checkpoints (for resuming)
     attn_implementation: str = _training("attn_implementation")
     gradient_checkpointing: bool = _training("gradient_checkpointing")
     dtype: str = _training("dtype")
@@ -153,10 +156,26 @@ class PrmJob:
 
 
 JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": PrmJob}
+#: Fields of a verb's job that say how it runs, not what it computes: where a training job logs
+#: live and how often it checkpoints. A Snakemake rule reruns its job when its params change,
+#: so the rules keep these out of the job JSON in their params (:func:`params_json`) and pass
+#: them apart (``--run-options``, :func:`run_options_json`): pointing live logging at a
+#: tracking server or checkpointing more often reruns nothing. They are the same for every
+#: cell of a study.
+RUN_OPTIONS = {"train": ("mlflow", "save_every")}
 _SPECS = {EvalJob: EvalSpec, PretrainJob: PretrainSpec, PrmJob: PRMSpec}
 
 
 # --------------------------------------------------------------------------- builders
+
+
+def train_run_options(config: dict) -> dict:
+    """A training job's :data:`RUN_OPTIONS` from the config."""
+    return {
+        # Live logging from the training job; otherwise the mlflow_log job mirrors the folder.
+        "mlflow": mlflow_spec(config) if mlflow_live(config) else None,
+        "save_every": config["training"]["save_every"],
+    }
 
 
 def train_job(config: dict, cell: C.Cell) -> TrainJob:
@@ -171,9 +190,7 @@ def train_job(config: dict, cell: C.Cell) -> TrainJob:
         seed=cell.seed,
         run_key=cell.key,
         study=config["study"],
-        # Live logging from the training job; otherwise the mlflow_log job mirrors the folder.
-        mlflow=mlflow_spec(config) if mlflow_live(config) else None,
-        save_every=t["save_every"],
+        **train_run_options(config),
         attn_implementation=t["attn_implementation"],
         gradient_checkpointing=t["gradient_checkpointing"],
         dtype=t["dtype"],
@@ -287,9 +304,36 @@ def job_for_cell(verb: str, config: dict, key: str, budget: float | None = None)
 # --------------------------------------------------------------------------- JSON
 
 
-def to_json(job) -> str:
-    """The job as JSON (what a Snakemake rule passes to ``race <verb> --job``)."""
-    return json.dumps(_plain(job), sort_keys=True)
+def to_json(job, without: tuple[str, ...] = ()) -> str:
+    """The job as JSON (what ``race <verb> --job`` reads), less the fields ``without``."""
+    return json.dumps({k: v for k, v in _plain(job).items() if k not in without},
+                      sort_keys=True)
+
+
+def params_json(verb: str, job) -> str:
+    """The job JSON of a Snakemake rule's params: :func:`to_json` less the verb's
+    :data:`RUN_OPTIONS`, which the rule passes as :func:`run_options_json`."""
+    return to_json(job, without=RUN_OPTIONS.get(verb, ()))
+
+
+def run_options_json(verb: str, config: dict) -> str:
+    """The verb's :data:`RUN_OPTIONS` from the config, as ``--run-options`` JSON."""
+    options = train_run_options(config) if verb == "train" else {}
+    return json.dumps({k: _plain(v) for k, v in options.items()}, sort_keys=True)
+
+
+def with_run_options(verb: str, job, text: str):
+    """``job`` with the run options of ``--run-options`` JSON (:data:`RUN_OPTIONS` only)."""
+    payload = json.loads(text)
+    if not isinstance(payload, dict):
+        raise ValueError(f"--run-options: expected a JSON object, got {type(payload).__name__}")
+    unknown = sorted(set(payload) - set(RUN_OPTIONS.get(verb, ())))
+    if unknown:
+        raise ValueError(f"--run-options: not a run option of race {verb}: {unknown} "
+                         f"(run options: {list(RUN_OPTIONS.get(verb, ())) or 'none'})")
+    if isinstance(payload.get("mlflow"), dict):
+        payload["mlflow"] = MlflowSpec(**payload["mlflow"])
+    return replace(job, **payload)
 
 
 def _plain(value):
