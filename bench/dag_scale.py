@@ -1,12 +1,12 @@
-"""Dry-run wall time of a 10,000-cell grid beside two peers (target: RACE / peer <= 1.2).
+"""Dry-run wall time of a 10,000-cell grid beside three peers (target: RACE / peer <= 1.2).
 
     python bench/dag_scale.py [SEEDS]    # SEEDS=1,2,4 give the 1,000/2,000/4,000-cell scaling
     python bench/dag_scale.py 3 --ablations   # where RACE's extra time per job goes
 
 Grid: 10 sizes x 10 rewards x 10 allocations x SEEDS seeds (default 10: 10,000 cells) over 3
 rungs, built from the default config in a temporary copy of the workflow (sizes are hub-style
-ids, so no pretraining jobs). Two peers, both bare rules (no params, resources, logs or
-benchmarks):
+ids, so no pretraining jobs). Three peers, the first two bare rules (no params, resources,
+logs or benchmarks):
 
 - the *bare peer*, the least any Snakefile with these per-cell jobs costs: a train job and an
   evaluation job per cell, each writing one file per rung, and a target rule over them --
@@ -15,7 +15,11 @@ benchmarks):
   pilot table over the first rung's evaluations, the selection checkpoint, the runs table over
   every evaluation, the report, the MLflow mirror, every ledger named as a target). RACE over
   it is the cost of RACE's own per-job features; over the bare peer, that plus the study's
-  aggregation edges.
+  aggregation edges;
+- the *feature-matched peer* (:data:`FEATURED_SNAKEFILE`): the same-DAG peer whose per-cell
+  rules declare what RACE's declare for every job (named files, a job JSON param, log and
+  benchmark files, threads, resources, a conda env). RACE over it is what RACE's own code adds
+  per job; the same-DAG peer against it, what Snakemake charges for those declarations.
 
 Each is timed as ``snakemake -n`` (every job listed) and ``snakemake -n --quiet rules`` (the
 job-count table only, what one reads on a grid this size), in one run. Prints, never asserts:
@@ -24,7 +28,7 @@ these machines are shared and noisy.
 ``--ablations`` times ``-n --quiet rules`` of variants of the RACE workflow, each without one
 feature the peers lack (log and benchmark files of the per-cell rules, their resources, the job
 JSON in their params, the three at once, the RACE pilot and checkpoint, the MLflow jobs), best
-of two, beside both peers: what each feature costs per job, and how close RACE's own DAG comes
+of two, beside the peers: what each feature costs per job, and how close RACE's own DAG comes
 to the same-DAG peer without its per-job features.
 """
 
@@ -66,7 +70,7 @@ rule evaluate:
 #: every ledger and evaluation as RACE's does -- as bare rules (no params, logs, benchmarks,
 #: resources, input functions per job). RACE / this peer is what RACE's own per-job features
 #: cost; RACE / the bare peer adds the cost of the study's DAG shape (its aggregation edges).
-SAME_DAG_SNAKEFILE = """
+_SAME_DAG_HEAD = """
 CELLS = [f"c{i}" for i in range(int(config["cells"]))]
 RUNGS = ["1", "2", "4"]
 EVALS = expand("runs/{cell}/budget~{rung}/eval.json", cell=CELLS, rung=RUNGS)
@@ -90,6 +94,8 @@ rule data:
     output: "data/train.jsonl", "data/eval_in.jsonl"
     shell: "touch {output}"
 
+"""
+_SAME_DAG_CELL_RULES = """
 rule train:
     input: "data/train.jsonl"
     output: expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS), "runs/{cell}/DONE"
@@ -99,7 +105,8 @@ rule evaluate:
     input: expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS), "data/eval_in.jsonl"
     output: expand("runs/{{cell}}/budget~{rung}/eval.json", rung=RUNGS)
     shell: "touch {output}"
-
+"""
+_SAME_DAG_TAIL = """
 rule aggregate_pilot:
     input: expand("runs/{cell}/budget~1/eval.json", cell=CELLS)
     output: "race/pilot.csv"
@@ -125,6 +132,45 @@ rule mlflow_log:
     output: "mlflow/logged.json"
     shell: "touch {output}"
 """
+SAME_DAG_SNAKEFILE = _SAME_DAG_HEAD + _SAME_DAG_CELL_RULES + _SAME_DAG_TAIL
+#: The per-cell rules of the feature-matched peer: the same-DAG peer's, declaring what RACE's
+#: declare for every job -- named input and output files, a job JSON param (a function, as
+#: RACE's is, of the length of RACE's train and eval jobs), log and benchmark files, threads,
+#: the resources mem_mb / runtime / gpu and a conda env file -- and formatting the JSON into
+#: the shell command as RACE's do.
+FEATURED_RULES = """
+TRAIN_JOB, EVAL_JOB = "x" * 1000, "x" * 1800
+
+rule train:
+    conda: "env.yaml"
+    input: data="data/train.jsonl"
+    output:
+        rungs=expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS),
+        done="runs/{cell}/DONE",
+    params: job=lambda w: TRAIN_JOB
+    log: "logs/{cell}.log"
+    benchmark: "benchmarks/{cell}.tsv"
+    threads: 1
+    resources: mem_mb=2000, runtime=30, gpu=0
+    shell: ": {params.job:q}; touch {output} > {log} 2>&1"
+
+rule evaluate:
+    conda: "env.yaml"
+    input:
+        ledgers=expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS),
+        data="data/eval_in.jsonl",
+    output: evals=expand("runs/{{cell}}/budget~{rung}/eval.json", rung=RUNGS)
+    params: job=lambda w: EVAL_JOB
+    log: "logs/{cell}.eval.log"
+    benchmark: "benchmarks/{cell}.eval.tsv"
+    threads: 1
+    resources: mem_mb=2000, runtime=30, gpu=0
+    shell: ": {params.job:q}; touch {output} > {log} 2>&1"
+"""
+#: The feature-matched peer: RACE / it is what RACE's own code adds per job (its job builders,
+#: input functions and wildcard constraints); the same-DAG peer / it, what Snakemake charges
+#: for the declarations themselves.
+FEATURED_SNAKEFILE = _SAME_DAG_HEAD + FEATURED_RULES + _SAME_DAG_TAIL
 MODES = {"snakemake -n": ["-n"], "snakemake -n --quiet rules": ["-n", "--quiet", "rules"]}
 
 
@@ -215,11 +261,15 @@ def main() -> None:
         parser.error(f"seeds must be >= 1, got {seeds}")
     cells = 1000 * seeds
     with (tempfile.TemporaryDirectory() as race_dir, tempfile.TemporaryDirectory() as peer_dir,
-          tempfile.TemporaryDirectory() as same_dir):
+          tempfile.TemporaryDirectory() as same_dir,
+          tempfile.TemporaryDirectory() as featured_dir):
         race_workdir(Path(race_dir), seeds)
         (Path(peer_dir) / "Snakefile").write_text(PEER_SNAKEFILE)
         (Path(same_dir) / "Snakefile").write_text(SAME_DAG_SNAKEFILE)
-        peers = {"bare peer": Path(peer_dir), "same-DAG peer": Path(same_dir)}
+        (Path(featured_dir) / "Snakefile").write_text(FEATURED_SNAKEFILE)
+        (Path(featured_dir) / "env.yaml").write_text("dependencies: []\n")
+        peers = {"bare peer": Path(peer_dir), "same-DAG peer": Path(same_dir),
+                 "feature-matched peer": Path(featured_dir)}
         if options.ablations:
             print(f"dag_scale --ablations: {cells} cells x {len(RUNGS)} rungs")
             ablations(seeds, peers)
