@@ -213,8 +213,13 @@ def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp
     assert rungs == 1 and steps_done(killed) > step  # killed past a checkpoint after B1
     assert rung_complete(killed, B1) and not (killed / "DONE").exists()
     delete_declared_outputs(killed, [B1, B2])
+    # What a kill while the second rung's snapshot was being written leaves: its hidden folder.
+    half = killed / ".budget~2.4e9.x1y2"
+    half.mkdir()
+    (half / "adapter_config.json").write_text("{")
     run_training(job)  # resumes from the checkpoint
     assert "rung summaries rebuilt: ['1.2e9']" in capsys.readouterr().err
+    assert not list(killed.glob(".budget~*"))  # the half-written snapshot is gone
     for budget in (B1, B2):
         assert flops_rows(read_rung(killed, budget)) == flops_rows(read_rung(run_dir, budget))
         a, b = adapter_tensors(killed, budget), adapter_tensors(run_dir, budget)

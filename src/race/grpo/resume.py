@@ -46,6 +46,17 @@ def rung_complete(run_dir: str | Path, budget: float) -> bool:
     return (folder / DONE).exists() and (folder / "ledger.json").exists()
 
 
+def discard_partial_snapshots(run_dir: str | Path) -> list[Path]:
+    """Delete the rung snapshots a killed job left half-written: a snapshot is filled in a
+    hidden ``.budget~B.*`` folder of the run and renamed into place only when complete
+    (:meth:`race.grpo.run.MeteredRun.snapshot`), so such a folder at the start of a job is
+    never one to reuse. Returns what was deleted."""
+    stale = sorted(p for p in Path(run_dir).glob(".budget~*") if p.is_dir())
+    for folder in stale:
+        shutil.rmtree(folder)
+    return stale
+
+
 def _stamps(path: Path) -> list:
     """(name, size, mtime_ns) of a file, or of a model folder's config and weights (not of
     everything in it: the base policy's folder also receives its evaluation)."""

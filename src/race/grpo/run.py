@@ -64,6 +64,7 @@ from race.flops.meter import BatchShapes, StepMeter
 from race.flops.peak import device_peak, utilisation
 from race.grpo.adapter_card import finish_adapter
 from race.grpo.resume import (
+    discard_partial_snapshots,
     job_fingerprint,
     latest_checkpoint,
     ledger_summary,
@@ -321,6 +322,7 @@ def run_training(job: TrainJob) -> dict:
     (run_dir / DONE).unlink(missing_ok=True)
     (run_dir / "train.json").unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
+    discard_partial_snapshots(run_dir)
     # Where this process computes, its peak and CPU kernel path (the latest process's, after a
     # resume): runs on different kernel paths are not expected to agree bit for bit.
     write_json_atomic(run_dir / PERF, {"device": device, "threads": torch.get_num_threads(),
