@@ -20,7 +20,7 @@ from race.data.task import TaskSpec, write_splits
 from race.flops.ledger import Ledger
 from race.flops.meter import BatchShapes, StepMeter
 from race.grpo.resume import job_fingerprint, latest_checkpoint, reuse_finished, rung_complete
-from race.grpo.run import BudgetError, run_training
+from race.grpo.run import BudgetError, RunLockedError, run_lock, run_training
 from race.study.cells import PERF, rung_dir
 from race.study.jobs import TrainJob, to_json
 from race.study.specs import Allocation
@@ -154,6 +154,19 @@ def test_rerun_of_finished_run_is_a_no_op(tiny_base, reference_run):
     again = run_training(make_job(tiny_base, run_dir, [B1, B2]))
     assert again["model_flops"] == summary["model_flops"]
     assert (run_dir / "ledger.json").stat().st_mtime_ns == before
+
+
+def test_a_cell_is_not_trained_by_two_processes_at_once(tiny_base, reference_run):
+    """While one process holds a run folder, a second job of the same cell stops with an
+    error naming it and writes nothing; the lock goes with the process that held it."""
+    run_dir, summary = reference_run
+    job = make_job(tiny_base, run_dir, [B1, B2])
+    with run_lock(run_dir):
+        before = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()}
+        with pytest.raises(RunLockedError, match="another process is training this cell"):
+            run_training(job)
+        assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()} == before
+    assert run_training(job)["model_flops"] == summary["model_flops"]
 
 
 def test_determinism(tiny_base, reference_run, tmp_path):

@@ -19,12 +19,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from race.grpo.run import BudgetError, run_training
+    from race.grpo.run import BudgetError, RunLockedError, run_training
 
     job = load_job("train", args)
     try:
         summary = run_training(job)
-    except BudgetError as exc:
+    except (BudgetError, RunLockedError) as exc:
         print(f"race train: {exc}", file=sys.stderr)
         return 2
     return print_record(summary, ("budget", "steps", "model_flops", "p_learning", "updates",

@@ -48,6 +48,7 @@ instead of resuming a different run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -301,23 +302,56 @@ def _dataset(path: str, tokenizer):
                               "answer": [r.answer for r in records]}), max_prompt
 
 
+#: The lock file of a run folder (:func:`run_lock`).
+LOCK = ".lock"
+
+
+class RunLockedError(RuntimeError):
+    """Another process holds the run folder: it is training the same cell."""
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path):
+    """Hold the run folder for the whole job: two processes training one cell (a second
+    scheduler started with --nolock, the job rerun by hand beside the workflow) would interleave
+    their checkpoints, ledger and metrics. The lock is the kernel's (``flock`` on
+    ``run_dir/.lock``), released when the process ends, killed or not: it never goes stale."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / LOCK, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunLockedError(f"{run_dir}: another process is training this cell (it holds "
+                                 f"{run_dir / LOCK}); nothing was written") from None
+        yield
+
+
 def run_training(job: TrainJob) -> dict:
-    """Train until the budget; returns the summary of the largest rung. Idempotent."""
+    """Train until the budget; returns the summary of the largest rung. Idempotent. The run
+    folder is held by this process for the whole job (:func:`run_lock`)."""
+    from race.policy.device import prepare_device
+
+    # A GPU asked for and absent, several visible, or one without bfloat16: an error naming
+    # the key, nothing written.
+    device = prepare_device(job.device, job.dtype, one_gpu=True)
+    run_dir = Path(job.run_dir)
+    with run_lock(run_dir):
+        return _train(job, run_dir, device)
+
+
+def _train(job: TrainJob, run_dir: Path, device: str) -> dict:
     import torch
     from peft import LoraConfig
 
     from race.data.tokenizer import load_tokenizer
     from race.feedback.rewards import build_reward
-    from race.policy.device import prepare_device
     from race.policy.ladder import load_policy
 
-    run_dir = Path(job.run_dir)
     finished = reuse_finished(job, run_dir)
     if finished is not None:
         return finished
-    # A GPU asked for and absent, several visible, or one without bfloat16: an error naming
-    # the key, nothing written.
-    device = prepare_device(job.device, job.dtype, one_gpu=True)
     peak = device_peak(device, job.dtype)
     (run_dir / DONE).unlink(missing_ok=True)
     (run_dir / "train.json").unlink(missing_ok=True)
