@@ -138,35 +138,27 @@ SAME_DAG_SNAKEFILE = _SAME_DAG_HEAD + _SAME_DAG_CELL_RULES + _SAME_DAG_TAIL
 #: RACE's is, of the length of RACE's train and eval jobs), log and benchmark files, threads,
 #: the resources mem_mb / runtime / gpu and a conda env file -- and formatting the JSON into
 #: the shell command as RACE's do.
-FEATURED_RULES = """
-TRAIN_JOB, EVAL_JOB = "x" * 1000, "x" * 1800
-
-rule train:
+_FEATURED_RULE = """
+rule {name}:
     conda: "env.yaml"
-    input: data="data/train.jsonl"
-    output:
-        rungs=expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS),
-        done="runs/{cell}/DONE",
-    params: job=lambda w: TRAIN_JOB
-    log: "logs/{cell}.log"
-    benchmark: "benchmarks/{cell}.tsv"
+    input: {inputs}
+    output: {outputs}
+    params: job=lambda w: "x" * {job_chars}
+    log: "logs/{{cell}}.{name}.log"
+    benchmark: "benchmarks/{{cell}}.{name}.tsv"
     threads: 1
     resources: mem_mb=2000, runtime=30, gpu=0
-    shell: ": {params.job:q}; touch {output} > {log} 2>&1"
-
-rule evaluate:
-    conda: "env.yaml"
-    input:
-        ledgers=expand("runs/{{cell}}/budget~{rung}/ledger.json", rung=RUNGS),
-        data="data/eval_in.jsonl",
-    output: evals=expand("runs/{{cell}}/budget~{rung}/eval.json", rung=RUNGS)
-    params: job=lambda w: EVAL_JOB
-    log: "logs/{cell}.eval.log"
-    benchmark: "benchmarks/{cell}.eval.tsv"
-    threads: 1
-    resources: mem_mb=2000, runtime=30, gpu=0
-    shell: ": {params.job:q}; touch {output} > {log} 2>&1"
+    shell: ": {{params.job:q}}; touch {{output}} > {{log}} 2>&1"
 """
+_RUNG_FILES = 'expand("runs/{{cell}}/budget~{rung}/%s.json", rung=RUNGS)'
+FEATURED_RULES = _FEATURED_RULE.format(
+    name="train", job_chars=1000, inputs='data="data/train.jsonl"',
+    outputs=f'rungs={_RUNG_FILES % "ledger"}, done="runs/{{cell}}/DONE"',
+) + _FEATURED_RULE.format(
+    name="evaluate", job_chars=1800,
+    inputs=f'ledgers={_RUNG_FILES % "ledger"}, data="data/eval_in.jsonl"',
+    outputs=f'evals={_RUNG_FILES % "eval"}',
+)
 #: The feature-matched peer: RACE / it is what RACE's own code adds per job (its job builders,
 #: input functions and wildcard constraints); the same-DAG peer / it, what Snakemake charges
 #: for the declarations themselves.
