@@ -29,6 +29,7 @@ reason.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 
@@ -306,8 +307,9 @@ def job_for_cell(verb: str, config: dict, key: str, budget: float | None = None)
 
 def to_json(job, without: tuple[str, ...] = ()) -> str:
     """The job as JSON (what ``race <verb> --job`` reads), less the fields ``without``."""
-    return json.dumps({k: v for k, v in _plain(job).items() if k not in without},
-                      sort_keys=True)
+    payload = {name: getattr(job, name) for name in _field_names(type(job))
+               if name not in without}
+    return json.dumps(payload, sort_keys=True, default=_as_dict)
 
 
 def params_json(verb: str, job) -> str:
@@ -319,7 +321,7 @@ def params_json(verb: str, job) -> str:
 def run_options_json(verb: str, config: dict) -> str:
     """The verb's :data:`RUN_OPTIONS` from the config, as ``--run-options`` JSON."""
     options = train_run_options(config) if verb == "train" else {}
-    return json.dumps({k: _plain(v) for k, v in options.items()}, sort_keys=True)
+    return json.dumps(options, sort_keys=True, default=_as_dict)
 
 
 def with_run_options(verb: str, job, text: str):
@@ -336,16 +338,19 @@ def with_run_options(verb: str, job, text: str):
     return replace(job, **payload)
 
 
-def _plain(value):
-    """``dataclasses.asdict`` without its deep copy: nested dataclasses become dicts, lists are
-    walked for them, everything else is handed to ``json.dumps`` as it is. The rules build one
-    job per cell in the Snakemake process, and the copy was most of that cost on a large grid
-    (bench/dag_scale.py)."""
+@functools.cache
+def _field_names(cls) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _as_dict(value):
+    """``json.dumps``'s hook for what it cannot encode: a nested dataclass becomes the dict of
+    its fields, uncopied (what ``dataclasses.asdict`` gives, without its deep copy), and the C
+    encoder walks the rest. The rules build one job per cell in the Snakemake process, where
+    this is most of a job's cost on a large grid (bench/dag_scale.py)."""
     if is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    return value
+        return {name: getattr(value, name) for name in _field_names(type(value))}
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def from_json(cls, text: str):
