@@ -55,8 +55,9 @@ def invocation(conda: bool, checkout: str) -> str:
     Under ``--sdm conda`` (``conda``) the job's own ``python``, in the envs/race.yaml
     environment, which holds the pinned stack but not this package: a conda env file cannot
     install a local path that Snakemake would find again, so it is imported from the
-    ``checkout``'s ``src/``. The rules read it as a global of their shell commands, not as a
-    param, so which path or alias names the interpreter reruns no job.
+    ``checkout``'s ``src/``. The rules reach it through a ``race`` shell function in every
+    job's shell prefix (workflow/rules/common.smk), not as a param, so which path or alias
+    names the interpreter reruns no job.
     """
     if conda:
         return f"PYTHONPATH={shlex.quote(os.path.join(checkout, 'src'))} python -m race.cli"
