@@ -48,8 +48,7 @@ def load_job(verb: str, args: argparse.Namespace):
         try:
             job = jobs.with_run_options(verb, job, args.run_options)
         except (ValueError, TypeError) as exc:
-            raise ConfigError(str(exc) if str(exc).startswith("--run-options")
-                              else f"--run-options: {exc}") from None
+            raise ConfigError(f"--run-options: {exc}") from None
     import torch
 
     torch.set_num_threads(max(1, args.threads))

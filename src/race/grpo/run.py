@@ -355,7 +355,6 @@ def _train(job: TrainJob, run_dir: Path, device: str) -> dict:
     peak = device_peak(device, job.dtype)
     (run_dir / DONE).unlink(missing_ok=True)
     (run_dir / "train.json").unlink(missing_ok=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
     discard_partial_snapshots(run_dir)
     # Where this process computes, its peak and CPU kernel path (the latest process's, after a
     # resume): runs on different kernel paths are not expected to agree bit for bit.

@@ -328,10 +328,10 @@ def with_run_options(verb: str, job, text: str):
     """``job`` with the run options of ``--run-options`` JSON (:data:`RUN_OPTIONS` only)."""
     payload = json.loads(text)
     if not isinstance(payload, dict):
-        raise ValueError(f"--run-options: expected a JSON object, got {type(payload).__name__}")
+        raise ValueError(f"expected a JSON object, got {type(payload).__name__}")
     unknown = sorted(set(payload) - set(RUN_OPTIONS.get(verb, ())))
     if unknown:
-        raise ValueError(f"--run-options: not a run option of race {verb}: {unknown} "
+        raise ValueError(f"not a run option of race {verb}: {unknown} "
                          f"(run options: {list(RUN_OPTIONS.get(verb, ())) or 'none'})")
     if isinstance(payload.get("mlflow"), dict):
         payload["mlflow"] = MlflowSpec(**payload["mlflow"])
