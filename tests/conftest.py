@@ -6,8 +6,17 @@ import pytest
 import torch
 
 
+def pytest_configure(config):
+    """One thread from the start: module- and session-scoped fixtures (a reference training
+    run, say) are set up before the function-scoped autouse fixture below, and a reduction
+    split over two threads rounds differently (by an ulp) from the same one on one thread, so
+    a test run alone would compare against a reference built on another thread count."""
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic():
+    # again per test: a test may change the process's thread count (a CLI run in-process)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     random.seed(0)
