@@ -15,7 +15,8 @@ Prints one line per run: the held-out step AUC overall, on the step lines alone 
 left out: ``heldout.sampled_no_answer``) and per error family (``prm.json``'s ``auc`` and
 ``auc_by_error``), the final training loss and the wall seconds. Gate A wants the strong (mini)
 PRM at 0.90 or more and above the weak one; whether it gets there for more than one draw is
-what this shows. Prints, never asserts; about 3 minutes per run at 1500 steps on one core.
+what this shows. Prints, never asserts; about 9 minutes per run at the default 3000 steps on
+5000 prompts on one core (sampling them takes about 1.5 of those).
 
 Which of data and backbone sets the AUC: ``--backbone DIR`` starts the PRM from another
 checkpoint of the same architecture (e.g. another task seed's base policy, from
