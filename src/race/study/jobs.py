@@ -333,9 +333,7 @@ def with_run_options(verb: str, job, text: str):
     if unknown:
         raise ValueError(f"not a run option of race {verb}: {unknown} "
                          f"(run options: {list(RUN_OPTIONS.get(verb, ())) or 'none'})")
-    if isinstance(payload.get("mlflow"), dict):
-        payload["mlflow"] = MlflowSpec(**payload["mlflow"])
-    return replace(job, **payload)
+    return replace(job, **_typed(type(job), payload))
 
 
 @functools.cache
@@ -356,10 +354,15 @@ def _as_dict(value):
 def from_json(cls, text: str):
     """Inverse of :func:`to_json` for a job class of :data:`JOBS`."""
     payload = json.loads(text)
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(payload) - known)
+    unknown = sorted(set(payload) - set(_field_names(cls)))
     if unknown:
         raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}")
+    return cls(**_typed(cls, payload))
+
+
+def _typed(cls, payload: dict) -> dict:
+    """``payload`` (fields of job class ``cls`` read from JSON) with its nested specs rebuilt
+    as their dataclasses."""
     if isinstance(payload.get("alloc"), dict):
         payload["alloc"] = Allocation(**payload["alloc"])
     if isinstance(payload.get("mlflow"), dict):
@@ -370,4 +373,4 @@ def from_json(cls, text: str):
         payload["teacher"] = TeacherSpec(**payload["teacher"])
     if "snapshots" in payload:
         payload["snapshots"] = [Snapshot(**s) for s in payload["snapshots"]]
-    return cls(**payload)
+    return payload
