@@ -7,7 +7,8 @@ rho over rungs per size (default allocation); each fit's C_mid and held-out top-
 validation seeds' spread per config; per reward, how many (size, rung) regime cells have a
 decided allocation (z >= 2), and the same gap's z from the per-prompt paired difference
 (both allocations were sampled on the same eval-in prompts: what a paired test would decide);
-and rule+prm vs rule at the top rung per size and allocation.
+rule+prm vs rule at the top rung per size and allocation; and the reward phase's share of the
+model FLOPs each cell spent at the top rung (min-max over allocations, per reward and size).
 
 The paired z is a diagnostic, not the report's test: it removes the prompts' shared difficulty
 from the evaluation noise, and like the report's z at one seed it holds nothing of the
@@ -111,6 +112,11 @@ def main() -> None:
             index="alloc", columns="reward", values=f"acc_{T}")
         print(f"  {size}: {table.round(3).to_dict('index')}; best rule "
               f"{table['rule'].max():.3f}, best rule+prm {table['rule+prm'].max():.3f}")
+    print("== reward share of the model FLOPs at the top rung (min-max over allocations)")
+    share = (at_top.flops_reward / at_top.flops_total).groupby(
+        [at_top.reward, at_top["size"]]).agg(["min", "max"])
+    for (reward, size), (lo, hi) in share.iterrows():
+        print(f"  {reward} {size}: {100 * lo:.1f}-{100 * hi:.1f}%")
 
 
 if __name__ == "__main__":
