@@ -62,7 +62,7 @@ def main() -> None:
               f"{statistics.median(v):7.1f} {max(v):6.0f}")
     jobs = sum(len(v) for v in seconds.values())
     floor = total / args.cores
-    print(f"{jobs} jobs, {total:.0f} job-seconds ({total / 60:.1f} min); floor on "
+    print(f"{jobs} benchmarked jobs, {total:.0f} job-seconds ({total / 60:.1f} min); floor on "
           f"{args.cores} cores: {floor:.0f} s ({floor / 60:.1f} min)")
     if args.wall:
         print(f"wall {args.wall:.0f} s ({args.wall / 60:.1f} min): the floor is "
