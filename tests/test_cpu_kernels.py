@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from race.cpu_kernels import PINNED, has_avx2, pin_cpu_kernels
+from race.cpu_kernels import PINNED, cpu_vendor, has_avx2, pin_cpu_kernels
 
 X86_AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma bmi2\n"
 X86_OLD = "processor\t: 0\nflags\t\t: fpu sse sse2 avx\n"
@@ -19,6 +19,14 @@ def test_has_avx2_reads_the_flags_of_x86_machines_only():
     assert not has_avx2(X86_OLD, "x86_64")  # AVX2 kernels would crash here
     assert not has_avx2(X86_AVX2, "aarch64")  # other architectures keep their own kernels
     assert not has_avx2("processor\t: 0\n", "x86_64")  # no flags line: unknown, not pinned
+
+
+def test_the_vendor_is_read_from_cpuinfo():
+    # MKL's pinned branch holds on Intel processors only, so a run records whose processor it
+    # computed on.
+    assert cpu_vendor("processor\t: 0\nvendor_id\t: AuthenticAMD\n" + X86_AVX2) == "AuthenticAMD"
+    assert cpu_vendor("vendor_id\t: GenuineIntel\n") == "GenuineIntel"
+    assert cpu_vendor(X86_AVX2) == "unknown"  # no vendor line (e.g. some ARM kernels)
 
 
 def test_pin_sets_what_is_unset_and_keeps_the_users_choice():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from race.cpu_kernels import cpu_vendor
 from race.study import cells as C
 from race.study import config as S
 from race.study import specs
@@ -241,6 +242,7 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
     assert study.data.metrics["study/decided_cells"] == 1
     assert study.data.tags["git_commit"] and study.data.tags["version.torch"]
     assert study.data.tags["cpu_kernels.MKL_CBWR"] == os.environ.get("MKL_CBWR", "unset")
+    assert study.data.tags["cpu_kernels.vendor"] == cpu_vendor()
     files = {a.path for a in client.list_artifacts(study.info.run_id)}
     assert {"config.json", "reports"} <= files
     assert {a.path for a in client.list_artifacts(study.info.run_id, "reports/figures")} == {

@@ -16,6 +16,7 @@ import torch
 from faults import checkpoint, kill_switch, steps_done
 
 from race.atomic import current_umask
+from race.cpu_kernels import cpu_vendor
 from race.data.task import TaskSpec, write_splits
 from race.flops.ledger import Ledger
 from race.flops.meter import BatchShapes, StepMeter
@@ -191,6 +192,7 @@ def test_the_run_records_its_device_peak_and_utilisation(reference_run):
     assert perf["flops_per_s"] > 0 and perf["threads"] >= 1
     assert perf["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert perf["mkl_cbwr"] == os.environ.get("MKL_CBWR", "auto")
+    assert perf["cpu_vendor"] == cpu_vendor()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(r["mfu_learning"] > 0 for r in rows)
     assert [r["mfu_rollout"] is not None for r in rows] == [r["rollout_s"] > 0 for r in rows]

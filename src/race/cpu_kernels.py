@@ -1,4 +1,5 @@
-"""One CPU kernel path on every x86-64 machine with AVX2, so a study gives the same bits on each.
+"""One CPU kernel path on every x86-64 machine with AVX2, so a study gives the same bits on each
+Intel one (on other vendors' processors MKL ignores the pin: see "What not").
 
 Why: PyTorch picks its vectorised CPU kernels (ATen's ``CPU_CAPABILITY``: DEFAULT, AVX2,
 AVX512) and MKL its GEMM code path by the processor it finds. The paths sum in different
@@ -14,13 +15,20 @@ the first CPU kernel call, not at ``import torch``, so importing :mod:`race` (wh
 before any tensor is computed is enough. A value the user sets wins: ``ATEN_CPU_CAPABILITY=
 avx512`` (or ``default``) and ``MKL_CBWR=AUTO`` give the machine's own, unpinned path.
 
-The kernels are then the same compiled code on every such machine, and MKL's reproducibility
-branch promises the same results across processors at the same thread count (each job's
-``threads``). Checked here on one machine only: that the pin takes effect and changes the bits.
+The ATen kernels are then the same compiled code on every such machine, and MKL's
+reproducibility branch promises the same results across Intel processors at the same thread
+count (each job's ``threads``).
 
-What not: machines without AVX2 or other architectures (ARM) keep their own kernels, so their
-numbers are reproducible only on the same kind of machine; GPU kernels are not affected (CUDA
-determinism is a separate matter). ``bench/cpu_kernels.py`` measures what the pin costs in
+What not: MKL honours branches other than ``AUTO`` and ``COMPATIBLE`` on Intel processors only;
+on others (AMD) it silently computes on its ``AUTO`` branch instead (Intel's oneMKL developer
+guide, "Specifying Code Branches"), so their numbers match only processors of their own kind.
+Measured: the default study, same code and seed, on an AMD EPYC (AVX-512) machine gave other
+base policies and another draw of every number than the machine its committed reports came
+from (docs/design.md, §7). Each run records the processor's vendor beside the path
+(:func:`kernel_path`), so two runs say whether they should agree. ``COMPATIBLE`` (SSE2) would
+hold across vendors, at a cost ``bench/cpu_kernels.py`` measures (its *default* path). Machines
+without AVX2 and other architectures (ARM) keep their own kernels; GPU kernels are not affected
+(CUDA determinism is a separate matter). ``bench/cpu_kernels.py`` measures what the pin costs in
 speed.
 """
 
@@ -54,6 +62,20 @@ def has_avx2(cpuinfo: str | None = None, machine: str | None = None) -> bool:
     return False
 
 
+def cpu_vendor(cpuinfo: str | None = None) -> str:
+    """The processor's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``; from
+    ``/proc/cpuinfo``), ``unknown`` where it says none: whether MKL's pinned branch applies."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return "unknown"
+    for line in cpuinfo.splitlines():
+        if line.startswith("vendor_id"):
+            return line.split(":", 1)[1].strip() or "unknown"
+    return "unknown"
+
+
 def pin_cpu_kernels(environ: MutableMapping[str, str] | None = None,
                     avx2: bool | None = None) -> dict[str, str]:
     """Set the :data:`PINNED` variables in ``environ`` (default ``os.environ``) where unset and
@@ -68,14 +90,17 @@ def pin_cpu_kernels(environ: MutableMapping[str, str] | None = None,
 
 def kernel_settings() -> dict[str, str]:
     """The kernel-path variables as this process (and the jobs it starts) sees them, ``unset``
-    where none is set: what a study run records, without importing torch."""
-    return {f"cpu_kernels.{k}": os.environ.get(k, "unset") for k in PINNED}
+    where none is set, and the processor's vendor: what a study run records, without importing
+    torch."""
+    return {**{f"cpu_kernels.{k}": os.environ.get(k, "unset") for k in PINNED},
+            "cpu_kernels.vendor": cpu_vendor()}
 
 
 def kernel_path() -> dict[str, str]:
     """The kernel path this process computes with (recorded beside a run's device): ATen's CPU
-    capability and MKL's reproducibility branch (``auto`` when unset)."""
+    capability, MKL's reproducibility branch as set (``auto`` when unset) and the processor's
+    vendor (a branch other than ``AUTO`` / ``COMPATIBLE`` holds on ``GenuineIntel`` only)."""
     import torch
 
     return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR", "auto")}
+            "mkl_cbwr": os.environ.get("MKL_CBWR", "auto"), "cpu_vendor": cpu_vendor()}
