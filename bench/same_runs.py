@@ -53,7 +53,9 @@ def main() -> None:
         if a[column].equals(b[column]):
             continue
         differs = ~((a[column] == b[column]) | (a[column].isna() & b[column].isna()))
-        numeric = pd.api.types.is_numeric_dtype(a[column])
+        # a boolean column is numeric to pandas, but its rows cannot be subtracted
+        numeric = (pd.api.types.is_numeric_dtype(a[column])
+                   and not pd.api.types.is_bool_dtype(a[column]))
         gap = (f", at most {(a[column] - b[column]).abs().max():.3g}" if numeric else "")
         print(f"  {column}: {int(differs.sum())} rows differ{gap}")
 
