@@ -2,7 +2,7 @@
 (gate A).
 
     python bench/prm_draws.py [--size mini] [--seeds 0 1] [--groups 4 1]
-                              [--steps 3000] [--lr 1e-3] [--results results]
+                              [--steps 4500] [--lr 1e-3] [--results results]
                               [--set prm.init=random ...] [--backbone DIR]
     python bench/prm_draws.py --results results --score-with OTHER/prm/size~mini ...
 
@@ -15,8 +15,8 @@ Prints one line per run: the held-out step AUC overall, on the step lines alone 
 left out: ``heldout.sampled_no_answer``) and per error family (``prm.json``'s ``auc`` and
 ``auc_by_error``), the final training loss and the wall seconds. Gate A wants the strong (mini)
 PRM at 0.90 or more and above the weak one; whether it gets there for more than one draw is
-what this shows. Prints, never asserts; about 9 minutes per run at the default 3000 steps on
-5000 prompts on one core (sampling them takes about 1.5 of those).
+what this shows. Prints, never asserts; about 14 minutes per run at the default 4500 steps
+on 5000 prompts on one core (sampling them takes about 2 of those).
 
 Which of data and backbone sets the AUC: ``--backbone DIR`` starts the PRM from another
 checkpoint of the same architecture (e.g. another task seed's base policy, from

@@ -26,10 +26,10 @@ Measured: the default study, same code and seed, on an AMD EPYC (AVX-512) machin
 base policies and another draw of every number than the machine its committed reports came
 from (docs/design.md, §7). Each run records the processor's vendor beside the path
 (:func:`kernel_path`), so two runs say whether they should agree. ``COMPATIBLE`` (SSE2) would
-hold across vendors, at a cost ``bench/cpu_kernels.py`` measures (its *default* path). Machines
-without AVX2 and other architectures (ARM) keep their own kernels; GPU kernels are not affected
-(CUDA determinism is a separate matter). ``bench/cpu_kernels.py`` measures what the pin costs in
-speed.
+hold across vendors, at a cost ``bench/cpu_kernels.py`` measures (its *compatible* path: 2.04x
+per training step there). Machines without AVX2 and other architectures (ARM) keep their own
+kernels; GPU kernels are not affected (CUDA determinism is a separate matter).
+``bench/cpu_kernels.py`` measures what the pin costs in speed.
 """
 
 from __future__ import annotations
@@ -43,6 +43,20 @@ from pathlib import Path
 PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 
 
+def _cpuinfo_field(key: str, cpuinfo: str | None) -> str | None:
+    """The value of the first ``key`` line of ``cpuinfo`` (default: this machine's
+    ``/proc/cpuinfo``); None where there is no such line or no such file (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    for line in cpuinfo.splitlines():
+        if line.startswith(key):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def has_avx2(cpuinfo: str | None = None, machine: str | None = None) -> bool:
     """Whether this is an x86-64 processor with AVX2 and FMA (Linux: ``/proc/cpuinfo``'s
     flags; elsewhere unknown, so False: an AVX2 kernel on a processor without it would crash,
@@ -50,30 +64,14 @@ def has_avx2(cpuinfo: str | None = None, machine: str | None = None) -> bool:
     machine = (machine or platform.machine()).lower()
     if machine not in ("x86_64", "amd64"):
         return False
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            return {"avx2", "fma"} <= flags
-    return False
+    flags = _cpuinfo_field("flags", cpuinfo)
+    return flags is not None and {"avx2", "fma"} <= set(flags.split())
 
 
 def cpu_vendor(cpuinfo: str | None = None) -> str:
     """The processor's vendor as Linux names it (``GenuineIntel``, ``AuthenticAMD``; from
     ``/proc/cpuinfo``), ``unknown`` where it says none: whether MKL's pinned branch applies."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return "unknown"
-    for line in cpuinfo.splitlines():
-        if line.startswith("vendor_id"):
-            return line.split(":", 1)[1].strip() or "unknown"
-    return "unknown"
+    return _cpuinfo_field("vendor_id", cpuinfo) or "unknown"
 
 
 def pin_cpu_kernels(environ: MutableMapping[str, str] | None = None,
