@@ -3,7 +3,7 @@
 from snakemake.utils import min_version, validate
 
 from race.study.config import check_as_written, coerce_numbers, read_yaml
-from race.study.schema import SCHEMA
+from race.core.schema import SCHEMA
 
 min_version("9.0")
 

@@ -33,17 +33,16 @@ from pathlib import Path
 import torch
 import yaml
 
+from race.core.cells import results
+from race.core.specs import EvalSpec, PretrainSpec, TeacherSpec
 from race.data.sources import write_task_data
 from race.data.task import load_jsonl
-from race.data.teacher import TeacherSpec
 from race.data.tokenizer import save_tokenizer
 from race.evaluation.evaluator import Evaluator
 from race.evaluation.snapshot import load_snapshot
 from race.feedback.loading import load_prm
 from race.policy.pretrain import pretrain
-from race.study.cells import results
 from race.study.config import load_config
-from race.study.specs import EvalSpec, PretrainSpec
 
 
 def apply_overrides(config: dict, overrides: list[str]) -> dict:

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from race.cpu_kernels import PINNED, cpu_vendor
+from race.core.cpu_kernels import PINNED, cpu_vendor
 
 PATHS = {
     "pinned": PINNED,
@@ -48,7 +48,7 @@ def worker(steps: int) -> dict:
     import torch
 
     import race  # noqa: F401  (pins the kernel path where the environment leaves it open)
-    from race.cpu_kernels import kernel_path
+    from race.core.cpu_kernels import kernel_path
     from race.data.tokenizer import load_tokenizer, save_tokenizer
     from race.policy.ladder import build_ladder_model
 

@@ -38,8 +38,8 @@ import torch
 from flops_calibration import CONFIGS, _phases
 from overhead import ALLOC, paired, race_run, tiny_study
 
+from race.core.jobs import TrainJob
 from race.flops import known_configs
-from race.study.jobs import TrainJob
 
 REFERENCE = "Qwen2.5-0.5B"
 
@@ -66,9 +66,9 @@ def tiny_prm(root: Path, base: Path) -> Path:
     """A random-init PRM of the ladder's nano shape on the policy's tokenizer (what ``race prm``
     starts from with ``prm.init: random``): a feedback model whose device and dtype can be
     followed."""
+    from race.core.specs import PRMSpec
     from race.data.tokenizer import load_tokenizer
     from race.feedback.prm_training import init_classifier
-    from race.study.specs import PRMSpec
 
     tok = load_tokenizer(base)
     model, _ = init_classifier("nano", tok, [], PRMSpec(init="random", seed=1))
@@ -116,7 +116,7 @@ def models_inside_race_evaluate(root: Path, base: Path, prm: Path, device: str,
     """{model: {(device, dtype)}} of the policy and the PRM ``evaluate`` loads, and its payload
     (a few prompts of every target)."""
     import race.evaluation.evaluate as ev
-    from race.study.specs import EvalSpec
+    from race.core.specs import EvalSpec
 
     seen: dict[str, set] = {"policy": set(), "PRM": set()}
     load_snapshot, resolve_prm = ev.load_snapshot, ev._resolve_prm

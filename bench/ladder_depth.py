@@ -15,9 +15,9 @@ import tempfile
 
 import torch
 
+from race.core.specs import PretrainSpec
 from race.policy.pretrain import pretrain
 from race.study.config import load_config
-from race.study.specs import PretrainSpec
 
 
 def main() -> None:

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
+from race.core.cells import results, rung_dir
+from race.core.jobs import TrainJob
+from race.core.specs import EvalSpec, allocation
 from race.data.task import load_jsonl
 from race.evaluation.evaluator import Evaluator
 from race.evaluation.snapshot import load_snapshot
 from race.grpo.run import run_training
-from race.study.cells import results, rung_dir
 from race.study.config import check_config, load_config
-from race.study.jobs import TrainJob
-from race.study.specs import EvalSpec, allocation
 
 
 def scores(policy: str, adapter: Path | None, records, spec: EvalSpec) -> dict:

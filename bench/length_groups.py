@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
+from race.core.specs import PretrainSpec
 from race.policy.optim import LENGTH_GROUPS
 from race.policy.pretrain import pretrain
-from race.study.specs import PretrainSpec
 
 
 def main() -> None:

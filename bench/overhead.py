@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 
-from race.data.task import TaskSpec, write_splits
+from race.core.jobs import TrainJob
+from race.core.specs import Allocation, TaskSpec
+from race.data.task import write_splits
 from race.data.tokenizer import load_tokenizer, save_tokenizer
 from race.grpo.run import _dataset, run_training
 from race.grpo.trainer import grpo_config
 from race.policy.ladder import build_ladder_model
-from race.study.jobs import TrainJob
-from race.study.specs import Allocation
 
 ALLOC = Allocation(num_generations=8, prompts_per_step=4, max_completion_length=32)
 
@@ -139,7 +139,7 @@ def tiny_study(root: Path, build=None) -> tuple[Path, Path]:
 
 
 def main() -> None:
-    from race.study.specs import MlflowSpec
+    from race.core.specs import MlflowSpec
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("steps", nargs="?", type=int, default=30)

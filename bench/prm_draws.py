@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from base_headroom import apply_overrides
 
+from race.core.specs import PRMSpec
 from race.data.tokenizer import load_tokenizer
 from race.feedback.prm_data import Example
 from race.feedback.prm_training import (
@@ -44,7 +45,6 @@ from race.feedback.prm_training import (
 )
 from race.policy.optim import LENGTH_GROUPS
 from race.study.config import check_config, load_config
-from race.study.specs import PRMSpec
 
 
 def score_with(prm_dir: Path, examples: list[Example]) -> dict:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from race.study.cells import cell_key, format_budget
+from race.core.cells import cell_key, format_budget
 
 T = "sampled_pass1"
 SIZES = ["nano", "micro", "mini"]

@@ -142,8 +142,8 @@ def test_bad_entries_name_their_key(tmp_path, edit, message):
 def test_reward_entries_take_the_feedback_model_options(tmp_path):
     """The keys a feedback reward passes to its model (race.study.specs.MODEL_OPTIONS)
     are schema keys, so a typo among them is an error rather than a silent default."""
-    from race.study.schema import properties
-    from race.study.specs import MODEL_OPTIONS
+    from race.core.schema import properties
+    from race.core.specs import MODEL_OPTIONS
 
     assert set(MODEL_OPTIONS) <= set(properties("rewards"))
     options = {"batch_size": 8, "attn_implementation": "eager", "device": "cpu",
@@ -156,7 +156,7 @@ def test_reward_entries_take_the_feedback_model_options(tmp_path):
 def test_the_pilot_ranks_only_targets_the_pilot_rungs_measure(tmp_path):
     """Without race.targets the pilot ranks every evaluated target that has a value at its
     rungs: not a search target run only at the top rung, not prm_bon without a PRM."""
-    from race.study.specs import race_targets
+    from race.core.specs import race_targets
 
     def edit(config):
         config["race"].pop("targets")
@@ -233,6 +233,7 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
     """The config check's bound on a cell's first step (race check-config, before any compute)
     is the trainer's own: the policy's worst-case step plus a ladder PRM's reward bound, which
     the trainer takes from the loaded feedback model."""
+    from race.core.specs import PRMSpec, allocation
     from race.data.tokenizer import load_tokenizer, save_tokenizer
     from race.feedback.prm_training import init_classifier
     from race.feedback.rewards import build_reward
@@ -240,7 +241,6 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
     from race.flops.meter import BatchShapes, StepMeter
     from race.policy.ladder import ladder_config
     from race.study.config import first_step_bound, max_prompt_tokens
-    from race.study.specs import PRMSpec, allocation
 
     config = load_config(ROOT / "configs" / "smoke.yaml")
     tok = load_tokenizer(save_tokenizer(tmp_path / "tok"))
@@ -269,7 +269,7 @@ def test_each_budget_has_a_rung_folder_of_its_own(tmp_path):
 
 
 def test_a_results_dir_holding_another_study_is_refused(tmp_path):
-    from race.study.cells import STUDY_MARKER, claim_results_dir
+    from race.core.cells import STUDY_MARKER, claim_results_dir
 
     config = check_config(load_config(smoke_text(tmp_path, "[4e9, 8e9]")))
     claim_results_dir(config, check_only=True)

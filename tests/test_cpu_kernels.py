@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from race.cpu_kernels import PINNED, cpu_vendor, has_avx2, pin_cpu_kernels
+from race.core.cpu_kernels import PINNED, cpu_vendor, has_avx2, pin_cpu_kernels
 
 X86_AVX2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma bmi2\n"
 X86_OLD = "processor\t: 0\nflags\t\t: fpu sse sse2 avx\n"

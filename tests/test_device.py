@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from race.core import cells as C
+from race.core import jobs
 from race.policy import device as D
-from race.study import cells as C
-from race.study import jobs
+from race.study import builders
 from race.study.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def test_a_gpu_the_job_cannot_use_is_refused_by_key(gpu, monkeypatch):
     that only emulates it; for a training job (one process, one GPU), several visible GPUs
     outside a launch and any distributed launch; never an evaluation, which computes on the
     first GPU."""
-    from race.study.cells import ConfigError
+    from race.core.errors import ConfigError
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100")
     # torch's default counts emulation as support: a V100 answers True unless asked natively
@@ -82,9 +83,9 @@ def test_every_model_job_carries_the_configs_device():
     assert config["device"] == "auto"  # the schema's default
     config = {**config, "device": "cpu"}
     cell = C.grid_cells(config)[0]
-    built = [jobs.train_job(config, cell), jobs.eval_job(config, cell),
-             jobs.base_eval_job(config, "nano"), jobs.pretrain_job(config, "nano"),
-             jobs.prm_job(config, "nano")]
+    built = [builders.train_job(config, cell), builders.eval_job(config, cell),
+             builders.base_eval_job(config, "nano"), builders.pretrain_job(config, "nano"),
+             builders.prm_job(config, "nano")]
     assert [j.device for j in built] == ["cpu"] * 5
     assert all(jobs.from_json(type(j), jobs.to_json(j)).device == "cpu" for j in built)
 

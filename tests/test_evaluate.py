@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from race.data.task import Record, TaskSpec, write_splits
+from race.core.jobs import EvalJob, to_json
+from race.core.jobs import Snapshot as EvalSnapshot
+from race.core.specs import TARGETS, EvalSpec, TaskSpec
+from race.data.task import Record, write_splits
 from race.evaluation.evaluate import evaluate
 from race.evaluation.evaluator import Evaluator, SamplePool, batch_flops, rebatched_flops, verifier
 from race.evaluation.metrics import best_index, bootstrap_interval, majority_index, wilson
 from race.evaluation.snapshot import Snapshot, load_snapshot
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
-from race.study.jobs import EvalJob, to_json
-from race.study.jobs import Snapshot as EvalSnapshot
-from race.study.specs import TARGETS, EvalSpec
 
 #: Small enough that every evaluate call on a nano policy takes well under a second.
 SMALL = EvalSpec(n_in=10, n_ood=6, max_new_tokens=10, max_new_tokens_ood=14, sample_prompts=4,
@@ -462,7 +462,7 @@ def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
     from mlflow.tracking import MlflowClient
 
     from race.cli import main
-    from race.study.specs import MlflowSpec
+    from race.core.specs import MlflowSpec
     from race.tracking.mlflow_runs import RunLogger
 
     rung = next((root / "runs").rglob("budget~*"))
@@ -533,7 +533,7 @@ def test_schema_eval_defaults_match_evalspec():
     """The config schema's eval: defaults are EvalSpec's (the workflow fills them in)."""
     from dataclasses import fields
 
-    from race.study import schema
+    from race.core import schema
 
     props = schema.properties("eval")
     spec = EvalSpec()

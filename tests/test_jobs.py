@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from race.study import cells as C
-from race.study import jobs
+from race.core import cells as C
+from race.core import jobs
+from race.study import builders as B
 from race.study.config import check_config, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,39 +22,45 @@ def smoke():
 
 def test_every_job_round_trips_through_json(smoke):
     cell = C.grid_cells(smoke)[0]
-    built = [jobs.train_job(smoke, cell), jobs.eval_job(smoke, cell),
-             jobs.base_eval_job(smoke, "nano"), jobs.pretrain_job(smoke, "micro"),
-             jobs.prm_job(smoke, "nano")]
+    built = [B.train_job(smoke, cell), B.eval_job(smoke, cell),
+             B.base_eval_job(smoke, "nano"), B.pretrain_job(smoke, "micro"),
+             B.prm_job(smoke, "nano")]
     for job in built:
         assert jobs.from_json(type(job), jobs.to_json(job)) == job
-        # The wire format is dataclasses.asdict's, built without its deep copy.
-        assert jobs.to_json(job) == json.dumps(asdict(job), sort_keys=True)
+        # The wire format is dataclasses.asdict's, built without its deep copy, except that
+        # a reward entry holds only the keys it sets (RewardSpec.to_dict: the entry as written
+        # plus the schema's defaults).
+        plain = asdict(job)
+        if getattr(job, "reward", None) is not None:
+            plain["reward"] = job.reward.to_dict()
+            assert None not in plain["reward"].values()
+        assert jobs.to_json(job) == json.dumps(plain, sort_keys=True)
 
 
 def test_a_human_gets_the_workflows_job(smoke):
     cell = C.grid_cells(smoke)[-1]
-    assert jobs.job_for_cell("train", smoke, cell.key) == jobs.train_job(smoke, cell)
-    assert jobs.job_for_cell("evaluate", smoke, cell.key) == jobs.eval_job(smoke, cell)
-    assert jobs.job_for_cell("evaluate", smoke, "size~nano") == jobs.base_eval_job(smoke, "nano")
-    assert jobs.job_for_cell("pretrain", smoke, "size~micro") == jobs.pretrain_job(smoke, "micro")
-    assert jobs.job_for_cell("prm", smoke, "size~nano") == jobs.prm_job(smoke, "nano")
-    one = jobs.job_for_cell("evaluate", smoke, cell.key, budget=8e9)
+    assert B.job_for_cell("train", smoke, cell.key) == B.train_job(smoke, cell)
+    assert B.job_for_cell("evaluate", smoke, cell.key) == B.eval_job(smoke, cell)
+    assert B.job_for_cell("evaluate", smoke, "size~nano") == B.base_eval_job(smoke, "nano")
+    assert B.job_for_cell("pretrain", smoke, "size~micro") == B.pretrain_job(smoke, "micro")
+    assert B.job_for_cell("prm", smoke, "size~nano") == B.prm_job(smoke, "nano")
+    one = B.job_for_cell("evaluate", smoke, cell.key, budget=8e9)
     assert [s.out for s in one.snapshots] == [
         str(C.rung_dir(C.run_dir(smoke, cell), 8e9) / "eval.json")]
 
 
 def test_one_evaluation_job_per_cell_covers_its_rungs(smoke):
     grid = C.grid_cells(smoke)[0]
-    job = jobs.eval_job(smoke, grid)
+    job = B.eval_job(smoke, grid)
     assert [s.adapter for s in job.snapshots] == [
         str(C.rung_dir(C.run_dir(smoke, grid), b)) for b in smoke["budgets"]]
     assert job.spec.train_temperature == smoke["training"]["temperature"]
     assert job.prm == C.prm_dir(smoke, "nano")
     # The cell's reward entry, every key at the config's value (the schema adds defaults).
-    assert {k: job.reward[k] for k in smoke["rewards"][grid.reward]} == \
+    assert {k: job.reward.to_dict()[k] for k in smoke["rewards"][grid.reward]} == \
         smoke["rewards"][grid.reward]
     validation_only = C.Cell(grid.size, grid.reward, grid.alloc, 1)
-    assert [s.out for s in jobs.eval_job(smoke, validation_only).snapshots] == [
+    assert [s.out for s in B.eval_job(smoke, validation_only).snapshots] == [
         str(C.rung_dir(C.run_dir(smoke, validation_only), C.validation_budget(smoke))
             / "eval.json")]
 
@@ -61,13 +68,13 @@ def test_one_evaluation_job_per_cell_covers_its_rungs(smoke):
 def test_search_targets_only_at_the_top_rung(smoke):
     config = {**smoke, "eval": {**smoke["eval"], "search_at": "base_and_top"}}
     cell = C.grid_cells(config)[0]
-    snapshots = jobs.eval_job(config, cell).snapshots
+    snapshots = B.eval_job(config, cell).snapshots
     below = [t for t in smoke["eval"]["targets"] if t not in ("maj_k", "prm_bon")]
     assert [s.targets for s in snapshots] == [below] * (len(smoke["budgets"]) - 1) + [None]
-    one = jobs.job_for_cell("evaluate", config, cell.key, budget=smoke["budgets"][0])
+    one = B.job_for_cell("evaluate", config, cell.key, budget=smoke["budgets"][0])
     assert one.snapshots[0].targets == below
-    assert all(s.targets is None for s in jobs.eval_job(smoke, cell).snapshots)
-    assert jobs.base_eval_job(config, cell.size).snapshots[0].targets is None
+    assert all(s.targets is None for s in B.eval_job(smoke, cell).snapshots)
+    assert B.base_eval_job(config, cell.size).snapshots[0].targets is None
     bad = {**config, "race": {**config["race"], "targets": ["maj_k"]}}
     with pytest.raises(C.ConfigError, match=r"race.targets\[0\]: maj_k runs only at the top"):
         check_config(bad)
@@ -85,7 +92,7 @@ def test_search_targets_only_at_the_top_rung(smoke):
 ])
 def test_bad_cells_name_what_is_wrong(smoke, verb, key, budget, message):
     with pytest.raises(C.ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        jobs.job_for_cell(verb, smoke, key, budget)
+        B.job_for_cell(verb, smoke, key, budget)
 
 
 def test_jobs_carry_dtype_not_threads(smoke):
@@ -95,9 +102,9 @@ def test_jobs_carry_dtype_not_threads(smoke):
               "resources": {**smoke["resources"], "train": {**smoke["resources"]["train"],
                                                             "threads": 4}}}
     cell = C.grid_cells(config)[0]
-    assert jobs.train_job(config, cell).dtype == "bfloat16"
-    assert jobs.eval_job(config, cell).dtype == "bfloat16"
-    assert jobs.to_json(jobs.train_job(config, cell)) == jobs.to_json(jobs.train_job(
+    assert B.train_job(config, cell).dtype == "bfloat16"
+    assert B.eval_job(config, cell).dtype == "bfloat16"
+    assert jobs.to_json(B.train_job(config, cell)) == jobs.to_json(B.train_job(
         {**config, "resources": smoke["resources"]}, cell))
 
 
@@ -108,19 +115,19 @@ def test_run_options_travel_apart_from_the_job(smoke, live):
     config = {**smoke, "mlflow": {**smoke["mlflow"], "live": live,
                                   "tracking_uri": "http://127.0.0.1:5000"}}
     cell = C.grid_cells(config)[0]
-    job = jobs.train_job(config, cell)
+    job = B.train_job(config, cell)
     assert (job.mlflow is not None) == live
     params = json.loads(jobs.params_json("train", job))
     assert not set(jobs.RUN_OPTIONS["train"]) & set(params)
     rebuilt = jobs.with_run_options("train", jobs.from_json(jobs.TrainJob,
                                                             jobs.params_json("train", job)),
-                                    jobs.run_options_json("train", config))
-    assert rebuilt == job == jobs.job_for_cell("train", config, cell.key)
+                                    B.run_options_json("train", config))
+    assert rebuilt == job == B.job_for_cell("train", config, cell.key)
     # Editing a run option leaves the params as they were.
     faster = {**config, "training": {**config["training"], "save_every": 3}}
-    assert jobs.params_json("train", jobs.train_job(faster, cell)) == jobs.params_json(
+    assert jobs.params_json("train", B.train_job(faster, cell)) == jobs.params_json(
         "train", job)
-    assert jobs.params_json("evaluate", jobs.eval_job(config, cell)) == jobs.to_json(
-        jobs.eval_job(config, cell))
+    assert jobs.params_json("evaluate", B.eval_job(config, cell)) == jobs.to_json(
+        B.eval_job(config, cell))
     with pytest.raises(ValueError, match=r"not a run option of race train: \['seed'\]"):
         jobs.with_run_options("train", job, '{"seed": 3}')

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from race.cpu_kernels import cpu_vendor
-from race.study import cells as C
+from race.core import cells as C
+from race.core import specs
+from race.core.cells import format_budget
+from race.core.cpu_kernels import cpu_vendor
 from race.study import config as S
-from race.study import specs
-from race.study.cells import format_budget
 from race.tracking.mirror import mirror_study
 
 ROOT = Path(__file__).resolve().parents[1]

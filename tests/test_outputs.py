@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from race.atomic import make_temp_dir, write_json_atomic
-from race.outputs import CorruptOutputError, read_output, set_aside_corrupt
+from race.core.atomic import make_temp_dir, write_json_atomic
+from race.core.outputs import CorruptOutputError, read_output, set_aside_corrupt
 
 
 @pytest.fixture()

@@ -8,9 +8,9 @@ import torch
 
 from race.analysis.aggregate import perf_columns
 from race.analysis.columns import PERF_COLUMNS
+from race.core.cells import PERF
 from race.flops import peak as P
 from race.flops.peak import utilisation
-from race.study.cells import PERF
 from race.tracking.mlflow_runs import mlflow_key
 
 

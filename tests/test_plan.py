@@ -9,8 +9,8 @@ from pathlib import Path
 from race.cli import main
 from race.flops import analytic as F
 from race.flops.meter import BatchShapes, StepMeter
-from race.flops.plan import plan, step_cost, study_plan
 from race.study.config import load_config
+from race.study.plan import plan, step_cost, study_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,8 @@ import torch
 from safetensors import safe_open
 from transformers import Qwen2Config, Qwen2ForSequenceClassification, Qwen2ForTokenClassification
 
-from race.data.task import LINE_ERRORS, Problem, TaskSpec, step_labels, verify, write_splits
+from race.core.specs import PRM_AGGREGATES, PRMSpec, TaskSpec
+from race.data.task import LINE_ERRORS, Problem, step_labels, verify, write_splits
 from race.data.tokenizer import ALPHABET, build_tokenizer
 from race.feedback.loading import load_feedback_model, load_prm
 from race.feedback.models import QWEN_STEP_TOKEN
@@ -38,7 +39,6 @@ from race.flops import analytic as F
 from race.flops.counter import count_flops
 from race.flops.meter import PhaseFlops
 from race.policy.ladder import ladder_config
-from race.study.specs import PRM_AGGREGATES, PRMSpec
 
 PROMPT = "17+8-5=?\n"
 PROBLEM = Problem(17, (("+", 8), ("-", 5)))
@@ -208,7 +208,7 @@ def test_aggregation_rules_on_fixed_step_scores():
 
 
 def test_aggregate_names_agree_with_specs_and_schema():
-    from race.study import schema
+    from race.core import schema
 
     assert AGGREGATES == PRM_AGGREGATES == ("min", "last", "product", "mean")
     assert tuple(schema.properties("rewards")["aggregate"]["enum"]) == AGGREGATES
@@ -596,8 +596,8 @@ TINY = {"n_prompts": 16, "samples_per_prompt": 2, "max_new_tokens": 20, "steps":
 
 def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path):
     from race.cli import main
+    from race.core.jobs import PrmJob, to_json
     from race.feedback.prm_training import read_examples, train_prm
-    from race.study.jobs import PrmJob, to_json
 
     out = tmp_path / "prm" / "size~nano"
     job = PrmJob(size="nano", policies=[str(tiny_study / "base")],

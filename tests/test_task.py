@@ -2,10 +2,10 @@ import json
 
 import pytest
 
+from race.core.specs import TaskSpec
 from race.data.task import (
     LINE_ERRORS,
     Problem,
-    TaskSpec,
     extract_answer,
     line_errors,
     load_jsonl,
@@ -166,7 +166,8 @@ def test_line_errors_agree_with_step_labels_on_noisy_teacher_solutions():
     truncated answer line ``truncated``); on mangled ones None sits where the label is True."""
     import random
 
-    from race.data.teacher import TeacherSpec, solution
+    from race.core.specs import TeacherSpec
+    from race.data.teacher import solution
 
     spec = TeacherSpec(operand_slip=0.15, sign_slip=0.15, arithmetic_slip=0.15, truncate=0.5)
     rng = random.Random(0)

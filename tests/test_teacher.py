@@ -7,10 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from race.data.task import TaskSpec, failure_kind, make_splits, step_labels, verify
-from race.data.teacher import SLIPS, TeacherSpec, slip_options, solution
+from race.core.errors import ConfigError
+from race.core.specs import TaskSpec, TeacherSpec
+from race.data.task import failure_kind, make_splits, step_labels, verify
+from race.data.teacher import SLIPS, slip_options, solution
 from race.evaluation.metrics import pass_at_k
-from race.study.cells import ConfigError
 
 TASK = TaskSpec(n_train=3000, n_eval_in=10, n_eval_ood=10)
 PROBLEMS = make_splits(TASK)["train"]
@@ -125,9 +126,9 @@ def test_pass_at_k_known_values(n, c, k, want):
 
 
 def test_pretraining_feeds_the_teacher_and_records_what_it_wrote(tmp_path, tokenizer_dir):
+    from race.core.specs import PretrainSpec
     from race.data.task import write_splits
     from race.policy.pretrain import pretrain
-    from race.study.specs import PretrainSpec
 
     write_splits(replace(TASK, n_train=300), tmp_path / "data")
     spec = PretrainSpec(token_budget=6000, batch_size=32, eval_examples=4)

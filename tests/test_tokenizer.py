@@ -1,4 +1,5 @@
-from race.data.task import TaskSpec, make_splits
+from race.core.specs import TaskSpec
+from race.data.task import make_splits
 from race.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 
 

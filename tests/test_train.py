@@ -15,16 +15,16 @@ import pytest
 import torch
 from faults import checkpoint, kill_switch, steps_done
 
-from race.atomic import current_umask
-from race.cpu_kernels import cpu_vendor
-from race.data.task import TaskSpec, write_splits
+from race.core.atomic import current_umask
+from race.core.cells import PERF, rung_dir
+from race.core.cpu_kernels import cpu_vendor
+from race.core.jobs import TrainJob, to_json
+from race.core.specs import Allocation, TaskSpec
+from race.data.task import write_splits
 from race.flops.ledger import Ledger
 from race.flops.meter import BatchShapes, StepMeter
 from race.grpo.resume import job_fingerprint, latest_checkpoint, reuse_finished, rung_complete
 from race.grpo.run import BudgetError, RunLockedError, run_lock, run_training
-from race.study.cells import PERF, rung_dir
-from race.study.jobs import TrainJob, to_json
-from race.study.specs import Allocation
 
 ALLOC = Allocation(num_generations=4, prompts_per_step=2, max_completion_length=12,
                    num_iterations=2, lora_rank=4)
@@ -201,7 +201,7 @@ def test_the_run_records_its_device_peak_and_utilisation(reference_run):
 
 def start_training(job: TrainJob, env: dict | None = None) -> subprocess.Popen:
     code = ("import sys, torch; torch.set_num_threads(1); from race.grpo.run import run_training;"
-            " from race.study.jobs import TrainJob, from_json;"
+            " from race.core.jobs import TrainJob, from_json;"
             " run_training(from_json(TrainJob, sys.argv[1]))")
     return subprocess.Popen([sys.executable, "-c", code, to_json(job)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -375,7 +375,7 @@ def test_outputs_follow_the_umask(reference_run):
 def test_mlflow_one_run_per_cell_and_no_duplicate_steps(tiny_base, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from race.study.specs import MlflowSpec
+    from race.core.specs import MlflowSpec
     from race.tracking.mlflow_runs import ROW_KEYS, mlflow_key
 
     spec = MlflowSpec(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
@@ -422,9 +422,9 @@ def test_mlflow_off_leaves_files_complete(reference_run):
 @pytest.fixture(scope="module")
 def tiny_prm(tiny_base):
     """A random-init PRM of the nano shape on the policy's tokenizer: a PRM reward."""
+    from race.core.specs import PRMSpec
     from race.data.tokenizer import load_tokenizer
     from race.feedback.prm_training import init_classifier
-    from race.study.specs import PRMSpec
 
     path = tiny_base / "prm"
     tok = load_tokenizer(tiny_base / "base")
@@ -531,9 +531,9 @@ def test_bfloat16_policy_when_the_config_asks(tiny_base, tmp_path, monkeypatch):
     import torch
     import yaml
 
+    from race.core.cells import grid_cells
     from race.grpo import run as train_mod
-    from race.study import jobs
-    from race.study.cells import grid_cells
+    from race.study import builders
     from race.study.config import load_config
 
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
@@ -541,8 +541,8 @@ def test_bfloat16_policy_when_the_config_asks(tiny_base, tmp_path, monkeypatch):
     config["training"]["dtype"] = "bfloat16"
     (tmp_path / "bf16.yaml").write_text(yaml.safe_dump(config))
     study = load_config(tmp_path / "bf16.yaml")
-    assert jobs.train_job(study, grid_cells(study)[0]).dtype == "bfloat16"
-    assert jobs.eval_job(study, grid_cells(study)[0]).dtype == "bfloat16"
+    assert builders.train_job(study, grid_cells(study)[0]).dtype == "bfloat16"
+    assert builders.eval_job(study, grid_cells(study)[0]).dtype == "bfloat16"
 
     seen: list[set] = []
     base_cls = train_mod.metered_trainer_class

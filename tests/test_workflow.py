@@ -13,13 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from dry_run import job_counts
 from faults import checkpoint, kill_switch, steps_done
 
 from race.analysis.columns import TIMING_COLUMNS
 from race.analysis.report import FIGURE_CAPTIONS
 from race.cli import invocation
-from race.study.cells import format_budget
-from race.study.dry_run import job_counts
+from race.core.cells import format_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The smoke study's results_dir (its reports_dir is the reports folder inside it): its own, so
@@ -267,7 +267,7 @@ def test_smoke_study_end_to_end(smoke_study):
     assert "Nothing to be done" in again
     # How jobs run is not what they compute: checkpointing more often, logging live to a
     # server, or calling the CLI through another path to the interpreter retrains and
-    # re-evaluates nothing (race.study.jobs.RUN_OPTIONS; the interpreter is reached through the
+    # re-evaluates nothing (race.core.jobs.RUN_OPTIONS; the interpreter is reached through the
     # shell prefix, not a param). Only the tables whose config slice holds them are rebuilt.
     edited = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
     edited["training"]["save_every"] += 1

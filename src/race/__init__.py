@@ -6,6 +6,6 @@ before it computes a tensor, so a study computes on the same kernels on every x8
 with AVX2 (how far that carries across machines: race.cpu_kernels).
 """
 
-from race.cpu_kernels import pin_cpu_kernels
+from race.core.cpu_kernels import pin_cpu_kernels
 
 pin_cpu_kernels()

@@ -11,7 +11,7 @@ rule base:
     output:
         pre=in_results("base/size~{size}/pre.json"),
     params:
-        job=lambda w: J.to_json(J.pretrain_job(STUDY, w.size)),
+        job=lambda w: J.to_json(B.pretrain_job(STUDY, w.size)),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
     priority: lambda w: larger_first(w.size)

@@ -1,15 +1,16 @@
 # Grid expansion, paths and the per-job builders. All logic lives in race.study; this file only
-# names paths for the rules and hands each model job its typed JSON (race.study.jobs).
+# names paths for the rules and hands each model job its typed JSON (race.core.jobs, built by race.study.builders).
 import json
 import os
 import sys
 
 from race.cli import invocation
-from race.outputs import read_output, set_aside_corrupt
-from race.study import cells as C
+from race.core.outputs import read_output, set_aside_corrupt
+from race.core import cells as C
 from race.study import config as S
-from race.study import jobs as J
-from race.study import specs
+from race.core import jobs as J
+from race.study import builders as B
+from race.core import specs
 from race.tracking.mirror import forget_lost_store
 
 # Cross-field checks (unknown names, rungs below one step, ...) before any job is scheduled.
@@ -33,9 +34,9 @@ RACE = invocation(
     any(method.name == "CONDA" for method in workflow.deployment_settings.deployment_method),
     workflow.basedir,
 )
-# How a training job runs but not what it computes (race.study.jobs.RUN_OPTIONS: live MLflow
+# How a training job runs but not what it computes (race.core.jobs.RUN_OPTIONS: live MLflow
 # logging, checkpoint cadence), the same for every cell.
-TRAIN_RUN_OPTIONS = J.run_options_json("train", STUDY)
+TRAIN_RUN_OPTIONS = B.run_options_json("train", STUDY)
 # Neither is a param: Snakemake reruns a job whose params change, and neither where the
 # interpreter lives (a venv moved or rebuilt elsewhere) nor these options change a result. Every
 # job's shell starts with this prefix (after Snakemake's own strict mode): the rules call the
@@ -120,7 +121,7 @@ REWARD_INPUT = reward_inputs if any(reward_prm(r) for r in STUDY["rewards"]) els
 EVAL_PRM = specs.eval_prm(STUDY)
 EVAL_PRM_INPUT = [in_results(f"prm/size~{EVAL_PRM}/prm.json")] if EVAL_PRM in PRMS else []
 # What a base policy's evaluation waits for: the PRM of the reward its native_reward uses.
-BASE_REWARD_INPUT = reward_prm(J.base_reward(STUDY))
+BASE_REWARD_INPUT = reward_prm(B.base_reward(STUDY))
 # What a training job waits for: the MLflow DB, when it logs live. Waits for, not depends on
 # (ancient): a DB initialised again (another tracking URI, a lost DB rebuilt) retrains nothing.
 MLFLOW_INPUT = (

@@ -15,7 +15,7 @@ rule evaluate:
     output:
         evals=expand(in_run("budget~{budget}/eval.json"), budget=BUDGETS, allow_missing=True),
     params:
-        job=lambda w: J.to_json(J.eval_job(STUDY, cell_of(w))),
+        job=lambda w: J.to_json(B.eval_job(STUDY, cell_of(w))),
     wildcard_constraints:
         seed="|".join(str(s) for s in STUDY["seeds"]),
     log:
@@ -59,7 +59,7 @@ rule evaluate_base:
     output:
         evals=in_results("base/size~{size}/eval.json"),
     params:
-        job=lambda w: J.to_json(J.base_eval_job(STUDY, w.size)),
+        job=lambda w: J.to_json(B.base_eval_job(STUDY, w.size)),
     wildcard_constraints:
         size="|".join(LADDER) or "^$",
     log:

@@ -11,7 +11,7 @@ rule prm:
     output:
         prm=in_results("prm/size~{prm}/prm.json"),
     params:
-        job=lambda w: J.to_json(J.prm_job(STUDY, w.prm)),
+        job=lambda w: J.to_json(B.prm_job(STUDY, w.prm)),
     wildcard_constraints:
         prm="|".join(PRMS) or "^$",
     priority: lambda w: larger_first(w.prm)

@@ -14,7 +14,7 @@ rule train:
         rungs=expand(in_run("budget~{budget}/ledger.json"), budget=BUDGETS, allow_missing=True),
         done=in_run("DONE"),
     params:
-        job=lambda w: J.params_json("train", J.train_job(STUDY, cell_of(w))),
+        job=lambda w: J.params_json("train", B.train_job(STUDY, cell_of(w))),
     wildcard_constraints:
         seed="|".join(str(s) for s in STUDY["seeds"]),
     log:

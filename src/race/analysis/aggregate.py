@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from race.analysis import columns as cols
+from race.core import cells as C
+from race.core import specs
+from race.core.outputs import read_output
 from race.flops.peak import utilisation
-from race.outputs import read_output
-from race.study import cells as C
-from race.study import specs
 
 
 def _eval_columns(ev: dict, targets: list[str]) -> dict:
@@ -105,7 +105,7 @@ def base_rows(config: dict) -> list[dict]:
                     row[f"tokens_{p}"] = 0
                     row[f"seconds_{p}"] = 0.0
                 row.update(_eval_columns(ev, specs.eval_targets(config)))
-                if not _same_reward(ev, specs.reward_spec(config, reward)):
+                if not _same_reward(ev, specs.reward_spec(config, reward).to_dict()):
                     _blank_native(row)
                 rows.append(row)
     return rows

@@ -8,8 +8,8 @@ except ``eval_flops_<target>``, which is the evaluation ledger of that target al
 
 from __future__ import annotations
 
+from race.core.specs import TARGETS
 from race.flops.ledger import BUDGET_PHASES
-from race.study.specs import TARGETS
 
 #: Identity of a row. ``stage`` is "pilot", "validation" or "full" (the RACE protocol's grids);
 #: ``cell`` is the content-derived run key ``size~S/reward~R/alloc~A/seed~N``.

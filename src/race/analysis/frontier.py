@@ -417,7 +417,7 @@ def missing_cells(df: pd.DataFrame, targets: list[str] | None = None,
     the base policy and a cell's top rung (its largest budget in the whole table), so their
     NaNs there are by design, not missing.
     """
-    from race.study.specs import SEARCH_TARGETS
+    from race.core.specs import SEARCH_TARGETS
 
     targets = targets_in(df, targets)
     top = df.groupby(CELL_KEYS)["budget"].transform("max")

@@ -53,7 +53,7 @@ from race.analysis.frontier import (
     seed_summary,
     targets_in,
 )
-from race.atomic import write_json_atomic
+from race.core.atomic import write_json_atomic
 
 RANKING_COLUMNS = ["reward", "target", "rank", "size", "alloc", "acc_top", "acc_mean",
                    "top_budget"]

@@ -15,7 +15,7 @@ import html
 from pathlib import Path
 
 from race.analysis.report import FIGURE_CAPTIONS
-from race.atomic import write_text_atomic
+from race.core.atomic import write_text_atomic
 
 CAPTION_DIR = "captions"
 PAGE = """<!DOCTYPE html>

@@ -10,7 +10,7 @@ parses arguments only and calls its stage:
 
 Model verbs (pretrain, prm, train, evaluate) take a typed job: ``--job JSON`` from the workflow,
 or ``--config FILE --cell KEY`` from a human, built by the same function
-(:mod:`race.study.jobs`).
+(:mod:`race.core.jobs`, built by :mod:`race.study.builders`).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         # steps 5-30x slower (docs/design.md). Model verbs then apply their job's threads.
         torch.set_num_threads(1)
     args = build_parser(verb).parse_args(argv)
-    from race.study.cells import ConfigError
+    from race.core.errors import ConfigError
 
     try:
         return int(args.func(args) or 0)

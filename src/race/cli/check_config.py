@@ -16,9 +16,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from race.flops.plan import format_study_plan, study_plan
-    from race.study.cells import grid_cells
+    from race.core.cells import grid_cells
     from race.study.config import ConfigError, load_config
+    from race.study.plan import format_study_plan, study_plan
 
     try:
         config = load_config(args.config)

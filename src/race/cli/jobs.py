@@ -21,15 +21,16 @@ def add_job_arguments(parser: argparse.ArgumentParser, cell_help: str,
     if run_options:
         parser.add_argument("--run-options",
                             help="the job's run options as JSON, over --job's or the config's "
-                                 "(race.study.jobs.RUN_OPTIONS; the workflow passes them "
+                                 "(race.core.jobs.RUN_OPTIONS; the workflow passes them "
                                  "apart from --job)")
 
 
 def load_job(verb: str, args: argparse.Namespace):
     """The typed job of ``race <verb>``: from ``--job``, or built from ``--config --cell``
     by the workflow's own builder. Sets torch's threads to ``--threads``."""
-    from race.study import jobs
-    from race.study.cells import ConfigError
+    from race.core import jobs
+    from race.core.errors import ConfigError
+    from race.study import builders
 
     if args.job:
         try:
@@ -43,7 +44,7 @@ def load_job(verb: str, args: argparse.Namespace):
 
         # A ConfigError here names the bad key; race.cli.main prints it and exits 2.
         config = load_config(args.config)
-        job = jobs.job_for_cell(verb, config, args.cell, getattr(args, "budget", None))
+        job = builders.job_for_cell(verb, config, args.cell, getattr(args, "budget", None))
     if getattr(args, "run_options", None):
         try:
             job = jobs.with_run_options(verb, job, args.run_options)

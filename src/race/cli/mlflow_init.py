@@ -13,8 +13,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from race.core.specs import mlflow_spec
     from race.study.config import load_config
-    from race.study.specs import mlflow_spec
     from race.tracking.mlflow_runs import init_store
 
     config = load_config(args.config)

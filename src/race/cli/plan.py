@@ -100,7 +100,7 @@ def _from_flags(args) -> dict:
 
 
 def _from_config(args) -> dict:
-    from race.study import specs
+    from race.core import specs
     from race.study.config import load_config, max_prompt_tokens
 
     given = [k for k in SHAPE_FLAGS if getattr(args, k) is not None] + (
@@ -172,9 +172,9 @@ def _header(req: dict, arch) -> str:
 
 
 def run(args) -> int:
+    from race.core.errors import ConfigError
     from race.flops.analytic import resolve_arch
-    from race.flops.plan import format_plan, plan, step_cost
-    from race.study.cells import ConfigError
+    from race.study.plan import format_plan, plan, step_cost
 
     try:
         req = _request(args)

@@ -13,7 +13,8 @@ def write_task_data(task: dict, out: str) -> dict:
     validated and copied; hf: a ``datasets`` id (needs a reachable hub), GSM8K-style mapping.
     """
 
-    from race.data.task import TaskSpec, load_hf_split, load_jsonl, write_jsonl, write_splits
+    from race.core.specs import TaskSpec
+    from race.data.task import load_hf_split, load_jsonl, write_jsonl, write_splits
 
     kind = task.get("kind", "arithmetic")
     if kind == "arithmetic":

@@ -39,55 +39,17 @@ import json
 import random
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from race.atomic import write_json_atomic
-from race.study.schema import default
+from race.core.atomic import write_json_atomic
+from race.core.specs import TaskSpec
 
 MARKER = "####"
 STEP_SEPARATOR = "\n"
 _STEP_RE = re.compile(r"^(\d+)([+\-])(\d+)=(-?\d+)$")
 _ANSWER_RE = re.compile(r"^####\s?(-?\d+)$")
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """Shape of the arithmetic task; every field is a config key under ``task:``."""
-
-    seed: int = field(default=default("task", "seed"))
-    max_operand: int = field(default=default("task", "max_operand"))
-    max_value: int = field(default=default("task", "max_value"))
-    min_steps: int = field(default=default("task", "min_steps"))
-    max_steps: int = field(default=default("task", "max_steps"))
-    ood_min_steps: int = field(default=default("task", "ood_min_steps"))
-    ood_max_steps: int = field(default=default("task", "ood_max_steps"))
-    n_train: int = field(default=default("task", "n_train"))
-    n_eval_in: int = field(default=default("task", "n_eval_in"))
-    n_eval_ood: int = field(default=default("task", "n_eval_ood"))
-
-    def __post_init__(self):
-        if not 1 <= self.min_steps <= self.max_steps:
-            raise ValueError("task.min_steps must be >= 1 and <= task.max_steps")
-        if self.ood_min_steps <= self.max_steps:
-            raise ValueError("task.ood_min_steps must exceed task.max_steps (OOD = longer chains)")
-        if self.ood_max_steps < self.ood_min_steps:
-            raise ValueError("task.ood_max_steps must be >= task.ood_min_steps")
-        if self.max_operand < 1 or self.max_value < self.max_operand:
-            raise ValueError("task.max_operand must be >= 1 and <= task.max_value")
-        if self.max_value < 2 * self.max_operand - 1:
-            # sample_problem flips an operation that would leave [0, max_value]; the flipped
-            # one stays inside only if max_value >= 2 * max_operand - 1.
-            raise ValueError("task.max_value must be >= 2 * task.max_operand - 1 (an operation "
-                             "flipped to stay in range must land in [0, max_value])")
-
-    @classmethod
-    def from_config(cls, task: dict) -> TaskSpec:
-        """From the ``task:`` section (its source keys -- kind, file paths, hub ids -- are
-        not the shape of the arithmetic task and are left out); ValueError names a bad key."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in task.items() if k in names})
 
 
 @dataclass(frozen=True)
@@ -394,7 +356,7 @@ class Record:
 
 def write_jsonl(path: str | Path, records: Iterable[dict]) -> None:
     """Write records atomically (race.atomic): a crash never leaves half a file."""
-    from race.atomic import write_text_atomic
+    from race.core.atomic import write_text_atomic
 
     write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 

@@ -34,55 +34,16 @@ sequence fed, so each epoch sees fresh corruptions of the same prompts.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from race.core.specs import TeacherSpec
 from race.data.task import MARKER, STEP_SEPARATOR, Problem
-from race.study.cells import ConfigError
-from race.study.schema import default
 
 #: Slip families in the order one uniform draw picks them (one slip at most per step).
 SLIPS: tuple[str, ...] = ("operand", "sign", "arithmetic")
 
 #: Result offsets an arithmetic slip draws from.
 ARITHMETIC_OFFSETS: tuple[int, ...] = (-2, -1, 1, 2)
-
-
-def _teacher(key: str):
-    return field(default=default("teacher", key))
-
-
-@dataclass(frozen=True)
-class TeacherSpec:
-    """Config keys under ``teacher:``: per-step slip rates by family and the truncation rate."""
-
-    noisy: bool = _teacher("noisy")  # false: the clean-teacher ablation (reference solutions)
-    operand_slip: float = _teacher("operand_slip")
-    sign_slip: float = _teacher("sign_slip")
-    arithmetic_slip: float = _teacher("arithmetic_slip")
-    truncate: float = _teacher("truncate")
-    truncate_min_steps: int = _teacher("truncate_min_steps")
-
-    def __post_init__(self):
-        for name in ("operand_slip", "sign_slip", "arithmetic_slip", "truncate"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"teacher.{name} must be in [0, 1], got {value}")
-        if self.operand_slip + self.sign_slip + self.arithmetic_slip > 1.0:
-            raise ValueError("teacher: operand_slip + sign_slip + arithmetic_slip must be <= 1 "
-                             "(at most one slip per step)")
-        if self.truncate_min_steps < 2:
-            raise ValueError("teacher.truncate_min_steps must be >= 2 (a chain keeps a step)")
-
-    @classmethod
-    def from_config(cls, section: dict | None) -> TeacherSpec:
-        """The ``teacher:`` section; an unknown key or a bad rate is an error naming it."""
-        try:
-            return cls(**(section or {}))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"teacher: {exc}") from None
-
-    def rate(self, family: str) -> float:
-        return getattr(self, f"{family}_slip")
 
 
 @dataclass(frozen=True)

@@ -77,12 +77,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from race.atomic import write_json_atomic
+from race.core.atomic import write_json_atomic
+from race.core.specs import EvalSpec, RewardSpec
 from race.data.task import Record, load_jsonl
 from race.evaluation.evaluator import Evaluator, add_flops, flops_json
 from race.evaluation.snapshot import load_snapshot, rung_info
 from race.policy.device import prepare_device
-from race.study.specs import EvalSpec
 
 EVAL_FORMAT = "race-eval/1"
 
@@ -107,6 +107,8 @@ def _resolve_prm(prm, spec: EvalSpec, results_dir: str | Path, device: str):
 def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path, device: str):
     if reward is None or "native_reward" not in spec.targets:
         return None, None
+    if isinstance(reward, RewardSpec):
+        reward = reward.to_dict()
     if isinstance(reward, dict):
         from race.feedback.rewards import build_reward
 
@@ -118,7 +120,8 @@ def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path, 
 
 def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = None,
              spec: EvalSpec | None = None, *, adapter: str | Path | None = None,
-             reward: dict | Callable | None = None, prm: str | Path | Any | None = None,
+             reward: RewardSpec | dict | Callable | None = None,
+             prm: str | Path | Any | None = None,
              results_dir: str | Path = "results", dtype: str = "float32",
              device: str = "auto") -> dict:
     """Evaluate one snapshot on every target of ``spec``; returns (and writes to ``out``) the
@@ -176,7 +179,7 @@ def _sharing_note(spec: EvalSpec) -> str:
 
 
 def run_evaluation(job):
-    """``race evaluate``: every snapshot of a :class:`race.study.jobs.EvalJob` (each on its own
+    """``race evaluate``: every snapshot of a :class:`race.core.jobs.EvalJob` (each on its own
     targets when the snapshot names them), one after the other in this process (the policy is
     reloaded per snapshot: merging an adapter changes its weights). Yields ``(eval.json path,
     payload)`` as each is written; with live MLflow the metrics also go to the cell's run at

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from race.core.specs import EvalSpec
 from race.data.task import (
     FAILURES,
     VERIFIERS,
@@ -31,7 +32,6 @@ from race.evaluation.snapshot import Snapshot
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
 from race.policy.generation import length_order
-from race.study.specs import EvalSpec
 
 #: Seed salts: each sampled draw has its own random stream (see race.evaluation.evaluate).
 _SALT = {"pool": 3, "prm_bon": 4, "native_reward": 5, "sampled_pass1": 6}

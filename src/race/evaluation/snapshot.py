@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from race.core.outputs import read_output
 from race.flops import analytic as flops
-from race.outputs import read_output
 
 
 @dataclass

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from race.core.cells import is_hub_id
+from race.core.specs import MODEL_OPTIONS
 from race.feedback.kind import model_kind
 from race.feedback.models import FeedbackModel, OutcomeRewardModel, TokenClassifierPRM
 from race.feedback.qwen_math import QwenMathPRM
-from race.study.cells import is_hub_id
-from race.study.specs import MODEL_OPTIONS
 
 _HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "tokenizer*"]
 
@@ -20,7 +20,7 @@ def resolve_model_dir(spec: str | Path, results_dir: str | Path = "results") -> 
     """A local directory for a feedback-model spec: a PRM ladder name ->
     ``results_dir/prm/size~NAME``; an existing directory -> itself; a hub id (``org/name``)
     -> ``huggingface_hub.snapshot_download`` (``ValueError`` when the hub is unreachable)."""
-    from race.policy.ladder import LADDER_DIALS
+    from race.core.ladder import LADDER_DIALS
 
     text = str(spec)
     if text in LADDER_DIALS:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from race.atomic import write_json_atomic
+from race.core.atomic import write_json_atomic
+from race.core.specs import PRMSpec
 from race.feedback.models import quiet_transformers
 from race.feedback.prm_data import (
     IGNORE_INDEX,
@@ -32,7 +33,6 @@ from race.feedback.prm_data import (
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
 from race.policy.optim import LENGTH_GROUPS, collate, length_groups, optimizer_step
-from race.study.specs import PRMSpec
 
 
 def prm_train_flops(arch: flops.Arch, n_tokens: int, attention: str = "causal") -> int:
@@ -298,8 +298,8 @@ def _finite(value):
 
 
 def run_prm(job) -> dict:
-    """``race prm``: a :class:`race.study.jobs.PrmJob`."""
-    from race.policy.ladder import LADDER_DIALS
+    """``race prm``: a :class:`race.core.jobs.PrmJob`."""
+    from race.core.ladder import LADDER_DIALS
 
     if job.size not in LADDER_DIALS:
         raise ValueError(f"race prm: size must be a ladder size ({', '.join(LADDER_DIALS)}), "

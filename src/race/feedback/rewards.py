@@ -137,8 +137,8 @@ def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | Non
     if not spec.get(key):
         raise ValueError(f"rewards: a {kind} reward needs the {key!r} key")
     # Imported here: a rule reward must not pay for torch and transformers.
+    from race.core.specs import MODEL_OPTIONS
     from race.feedback.loading import load_feedback_model
-    from race.study.specs import MODEL_OPTIONS
 
     model = load_feedback_model({key: spec[key], **{k: spec[k] for k in MODEL_OPTIONS
                                                      if k in spec}},

@@ -35,16 +35,18 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from race.core import ladder
+from race.core.ladder import LADDER_DIALS
+
+# LoRA placement is part of the FLOP model's vocabulary: its callers name it as F.LoraSpec.
+from race.core.specs import ALL_PROJECTIONS as ALL_PROJECTIONS
+from race.core.specs import LoraSpec as LoraSpec
 from race.data.tokenizer import VOCAB_SIZE
 
-#: The seven Qwen2 projections LoRA can adapt, in forward order within a decoder layer.
-ALL_PROJECTIONS: tuple[str, ...] = (
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-)
 ATTENTION_PROJECTIONS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_PROJECTIONS: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")
 
@@ -178,32 +180,6 @@ class Arch:
 
 
 # --------------------------------------------------------------------------- LoRA
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    """Unmerged LoRA adapters of rank ``rank`` on the named projections of every layer."""
-
-    rank: int
-    targets: tuple[str, ...] = field(default=ALL_PROJECTIONS)
-
-    def __post_init__(self) -> None:
-        if int(self.rank) < 1:
-            raise ValueError(f"LoRA rank must be >= 1, got {self.rank}")
-        targets = (self.targets,) if isinstance(self.targets, str) else tuple(self.targets)
-        if not targets:
-            raise ValueError("LoRA needs at least one target module")
-        unknown = [t for t in targets if t not in ALL_PROJECTIONS]
-        if unknown:
-            raise ValueError(f"unknown LoRA target(s) {', '.join(map(repr, unknown))}; "
-                             f"known: {', '.join(ALL_PROJECTIONS)}")
-        if len(set(targets)) != len(targets):
-            raise ValueError(f"duplicate LoRA targets in {targets}")
-        object.__setattr__(self, "rank", int(self.rank))
-        object.__setattr__(self, "targets", targets)
-
-    def adapts(self, name: str) -> bool:
-        return name in self.targets
 
 
 def lora_params(arch: Arch, lora: LoraSpec) -> int:
@@ -677,12 +653,11 @@ def resolve_arch(spec: str | Path, vocab: int | None = None) -> Arch:
     name ("Qwen2.5-0.5B" or "Qwen/Qwen2.5-0.5B"). ``vocab`` overrides any config's vocabulary.
     """
     from race.flops import known_configs
-    from race.policy.ladder import LADDER_DIALS, ladder_config
 
     text = str(spec)
     path = Path(text)
     if text in LADDER_DIALS:
-        arch = Arch.from_config(ladder_config(text, vocab or LADDER_REFERENCE_VOCAB))
+        arch = Arch.from_config(ladder.config_dict(text, vocab or LADDER_REFERENCE_VOCAB))
     elif known_configs.is_known(text):
         arch = Arch.from_config(known_configs.config_dict(text))
     elif path.is_file():

@@ -146,8 +146,8 @@ def table(ref_len: int | None = None, vocab: int | None = None) -> str:
     """Markdown table: model FLOPs per generated token (one decode step at context ``ref_len``,
     LoRA r=8 on all projections) and per trained token (forward + backward of a ``ref_len``
     sequence, logits everywhere, no checkpointing; LoRA r=8 and full fine-tuning)."""
+    from race.core.ladder import LADDER_DIALS
     from race.flops import known_configs
-    from race.policy.ladder import LADDER_DIALS
 
     if ref_len is not None and ref_len < 1:
         raise EstimateError(f"--ref-len must be >= 1, got {ref_len}")

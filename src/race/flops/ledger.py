@@ -163,7 +163,7 @@ class Ledger:
     def save(self, path: str | Path, durable: bool = True) -> Path:
         """Write atomically (:func:`race.atomic.write_text_atomic`): a reader, or a crash,
         never sees a half-written ledger. ``durable=False`` skips the fsync."""
-        from race.atomic import write_text_atomic
+        from race.core.atomic import write_text_atomic
 
         return write_text_atomic(path, self.to_json(), durable=durable)
 

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from race.core.specs import LoraSpec
 from race.flops import analytic as flops
-from race.flops.analytic import Arch, LoraSpec
+from race.flops.analytic import Arch
 
 #: The version of what a step is charged. A run's fingerprint carries it, so a run metered
 #: under another version is never resumed or reused (2: the update's LM head at the completion

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from race.atomic import write_text_atomic
-from race.study.cells import format_budget
+from race.core.atomic import write_text_atomic
+from race.core.cells import format_budget
 
 
 def resolvable_base(base: str) -> str:
@@ -25,7 +25,7 @@ def card(job, budget: float, summary: dict) -> str:
     """The adapter's README.md: YAML front matter for the hub, then what trained it."""
     a = job.alloc
     base = resolvable_base(job.base)
-    reward = ", ".join(f"{k}={v}" for k, v in sorted(job.reward.items()))
+    reward = ", ".join(f"{k}={v}" for k, v in sorted(job.reward.to_dict().items()))
     lines = [
         "---", f"base_model: {base}", "library_name: peft", "pipeline_tag: text-generation",
         "tags: [race, grpo, lora, trl]", "---", "",

@@ -19,13 +19,12 @@ import json
 import shutil
 from pathlib import Path
 
-from race.atomic import write_text_atomic
+from race.core.atomic import write_text_atomic
+from race.core.cells import DONE, rung_dir
+from race.core.jobs import RUN_OPTIONS, TrainJob, to_json
+from race.core.outputs import CorruptOutputError, read_output
 from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import FLOPS_CONVENTION
-from race.outputs import CorruptOutputError, read_output
-from race.study.cells import DONE, rung_dir
-from race.study.jobs import RUN_OPTIONS, TrainJob, to_json
-from race.study.specs import reward_model
 
 ADAPTER_FILE = "adapter_model.safetensors"
 #: TrainJob fields that do not change the trajectory: its run options (where it logs live, how
@@ -78,7 +77,7 @@ def job_fingerprint(job: TrainJob) -> str:
     fields["reward"] = {k: v for k, v in fields["reward"].items()
                         if k not in REWARD_NOT_TRAJECTORY}
     inputs = [Path(job.base), Path(job.train_data)]
-    prm = reward_model(job.reward)
+    prm = job.reward.model
     if prm is not None:
         ladder = Path(job.results_dir) / "prm" / f"size~{prm}"
         inputs.append(ladder if ladder.is_dir() else Path(str(prm)))

@@ -57,8 +57,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from race.atomic import make_temp_dir, write_json_atomic, write_text_atomic
-from race.cpu_kernels import kernel_path
+from race.core.atomic import make_temp_dir, write_json_atomic, write_text_atomic
+from race.core.cells import DONE, PERF, format_budget, rung_dir
+from race.core.cpu_kernels import kernel_path
+from race.core.jobs import TrainJob
+from race.core.outputs import read_output
 from race.flops import analytic as flops
 from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import BatchShapes, StepMeter
@@ -80,9 +83,6 @@ from race.grpo.trainer import (
     grpo_config,
     metered_trainer_class,
 )
-from race.outputs import read_output
-from race.study.cells import DONE, PERF, format_budget, rung_dir
-from race.study.jobs import TrainJob
 
 
 class BudgetError(ValueError):
@@ -368,7 +368,7 @@ def _train(job: TrainJob, run_dir: Path, device: str) -> dict:
                          dtype=getattr(torch, job.dtype))
     arch = flops.Arch.from_config(policy.config)
     # The feedback model computes beside the policy unless its rewards: entry names a device.
-    reward = build_reward({"device": device, **job.reward}, tokenizer=tokenizer,
+    reward = build_reward({"device": device, **job.reward.to_dict()}, tokenizer=tokenizer,
                           results_dir=job.results_dir)
     run = MeteredRun(job, arch, reward, max_prompt, device, peak.flops_per_s)
 

@@ -113,7 +113,7 @@ def fused_head_is_compact(device: str = "cpu") -> bool:
 
 
 def grpo_config(job, max_steps: int, device: str = "cpu"):
-    """The TRL config of a :class:`race.study.jobs.TrainJob`: one generation batch per
+    """The TRL config of a :class:`race.core.jobs.TrainJob`: one generation batch per
     optimizer step, LR constant after ``warmup_steps``, weights in ``job.dtype`` (bf16 autocast
     when bfloat16), on ``device`` (resolved: ``cpu`` or ``cuda``; the trainer moves the policy
     there)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from race.study.cells import ConfigError
+from race.core.errors import ConfigError
 
 #: The values of the config's ``device`` key.
 DEVICES = ("auto", "cpu", "cuda")

@@ -24,83 +24,21 @@ A size entry that is not a ladder name is a hub id or a local path: it loads thr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-LADDER_DIALS: dict[str, int] = {"nano": 0, "micro": 1, "mini": 2}
-
-#: Depth floor of the ladder (see the module docstring: shallower models cannot learn the chains).
-MIN_LADDER_LAYERS = 4
-
-#: Context length of the ladder models: the longest OOD prompt plus solution fits well inside.
-LADDER_MAX_POSITIONS = 256
-
-
-@dataclass(frozen=True)
-class LadderShape:
-    """Architecture numbers of one ladder rung (no vocabulary: that comes from the tokenizer)."""
-
-    name: str
-    dial: int
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-
-
-def ladder_shape(dial: int, name: str | None = None) -> LadderShape:
-    """The architecture for size dial ``dial`` (see the module docstring for the formulas)."""
-    if dial < 0:
-        raise ValueError(f"size dial must be >= 0, got {dial}")
-    hidden = 32 * (dial + 2)
-    heads = dial + 2
-    return LadderShape(
-        name=name or f"dial{dial}",
-        dial=dial,
-        hidden=hidden,
-        intermediate=4 * hidden,
-        layers=max(MIN_LADDER_LAYERS, dial + 2),
-        heads=heads,
-        kv_heads=heads // 2 if heads % 2 == 0 else 1,
-    )
-
-
-def is_ladder_name(spec: str) -> bool:
-    return spec in LADDER_DIALS
+from race.core.ladder import LADDER_DIALS, config_dict, is_ladder_name, ladder_shape
 
 
 def ladder_config(name: str, vocab_size: int, pad_token_id: int | None = None,
                   bos_token_id: int | None = None, eos_token_id: int | None = None,
                   layers: int | None = None):
-    """A ``Qwen2Config`` for ladder rung ``name`` with the given vocabulary.
-
-    ``layers`` overrides the rung's depth (the depth ablation of ``bench/ladder_depth.py``).
-    """
+    """A ``Qwen2Config`` for ladder rung ``name`` with the given vocabulary
+    (:func:`race.core.ladder.config_dict`; ``layers`` overrides the rung's depth)."""
     from transformers import Qwen2Config
 
-    if name not in LADDER_DIALS:
-        raise KeyError(f"unknown ladder size {name!r}; known: {sorted(LADDER_DIALS)}")
-    shape = ladder_shape(LADDER_DIALS[name], name)
-    if layers is not None:
-        if layers < 1:
-            raise ValueError(f"layers must be >= 1, got {layers}")
-        shape = replace(shape, layers=layers)
-    return Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
-        max_position_embeddings=LADDER_MAX_POSITIONS,
-        rope_theta=1e6,
-        tie_word_embeddings=True,
-        pad_token_id=pad_token_id,
-        bos_token_id=bos_token_id,
-        eos_token_id=eos_token_id,
-        use_cache=True,
-    )
+    keys = {k: v for k, v in config_dict(name, vocab_size, layers).items() if k != "model_type"}
+    return Qwen2Config(**keys, pad_token_id=pad_token_id,
+                       bos_token_id=bos_token_id, eos_token_id=eos_token_id, use_cache=True)
 
 
 def build_ladder_model(name: str, tokenizer, seed: int = 0, attn_implementation: str = "sdpa",

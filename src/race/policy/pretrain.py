@@ -22,13 +22,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from race.atomic import write_json_atomic
-from race.data.task import TaskSpec, is_arithmetic, load_jsonl, problem_of, verify
-from race.data.teacher import SLIPS, TeacherSpec
+from race.core.atomic import write_json_atomic
+from race.core.specs import PretrainSpec, TaskSpec, TeacherSpec
+from race.data.task import is_arithmetic, load_jsonl, problem_of, verify
+from race.data.teacher import SLIPS
 from race.data.teacher import solution as teacher_solution
 from race.data.tokenizer import load_tokenizer
 from race.policy.optim import IGNORE_INDEX, LENGTH_GROUPS, length_groups, optimizer_step
-from race.study.specs import PretrainSpec
 
 
 def lr_at(step_tokens: int, spec: PretrainSpec) -> float:
@@ -177,7 +177,7 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
 
 
 def run_pretrain(job) -> dict:
-    """``race pretrain``: a :class:`race.study.jobs.PretrainJob`."""
+    """``race pretrain``: a :class:`race.core.jobs.PretrainJob`."""
     from race.policy.device import prepare_device
 
     return pretrain(job.size, job.data_dir, job.tokenizer_dir, job.out_dir, job.spec,

@@ -8,7 +8,7 @@ Snakefile runs too, on the config Snakemake read), validates it against the pack
 runs the cross-field checks of :func:`check_config`. Every error is a :class:`ConfigError`
 whose message starts with the offending key, raised before anything is written under
 ``results/``. The grid and its paths are :mod:`race.study.cells`; the jobs built from config +
-cell are :mod:`race.study.jobs`.
+cell are :mod:`race.study.builders`.
 """
 
 from __future__ import annotations
@@ -21,24 +21,17 @@ from pathlib import Path
 
 import yaml
 
-from race.data.task import TaskSpec
-from race.data.teacher import TeacherSpec
-from race.policy.ladder import LADDER_DIALS
-from race.study.cells import (
-    ConfigError,
-    cell_key,
-    fits_wildcard,
-    format_budget,
-    is_hub_id,
-    is_ladder,
-    slug,
-)
-from race.study.schema import SCHEMA, properties, schema
-from race.study.specs import (
+from race.core.cells import cell_key, fits_wildcard, format_budget, is_hub_id, is_ladder, slug
+from race.core.errors import ConfigError
+from race.core.ladder import LADDER_DIALS
+from race.core.schema import SCHEMA, properties, schema
+from race.core.specs import (
     REWARD_KEYS,
     REWARD_MODEL_KEY,
     SEARCH_TARGETS,
     TARGETS,
+    TaskSpec,
+    TeacherSpec,
     allocation,
     eval_prm,
     eval_targets,
@@ -419,7 +412,7 @@ def check_config(config: dict) -> dict:
             raise ConfigError(f"allocations.{name}.num_generations: must be >= 2 (GRPO "
                               "compares completions within a group)")
         allocation(config, name)
-    from race.flops.analytic import ALL_PROJECTIONS
+    from race.core.specs import ALL_PROJECTIONS
 
     if not config["training"]["lora_targets"]:
         raise ConfigError("training.lora_targets: LoRA needs at least one module")

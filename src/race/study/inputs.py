@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from race.study.cells import is_ladder
+from race.core.cells import is_ladder
 
 #: pickle formats that ``torch.load`` would have to unpickle; RACE loads safetensors only
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")

@@ -22,10 +22,11 @@ import hashlib
 import json
 from pathlib import Path
 
-from race.atomic import write_json_atomic
-from race.outputs import CorruptOutputError, read_output
-from race.study import cells as C
-from race.study import jobs, specs
+from race.core import cells as C
+from race.core import specs
+from race.core.atomic import write_json_atomic
+from race.core.outputs import CorruptOutputError, read_output
+from race.study import builders
 from race.tracking.eval_metrics import log_eval
 from race.tracking.mlflow_runs import RunLogger, ensure_study_run
 from race.tracking.study_run import finish_study_run
@@ -35,7 +36,7 @@ SYNC_FILE = "mlflow_synced.json"
 
 def expected_evals(config: dict, cell: C.Cell) -> list[Path]:
     """The eval.json files of a cell: those its evaluation job writes."""
-    return [Path(s.out) for s in jobs.eval_job(config, cell).snapshots]
+    return [Path(s.out) for s in builders.eval_job(config, cell).snapshots]
 
 
 def _metrics_rows(run_dir: Path) -> list[dict]:
@@ -71,7 +72,7 @@ def mirror_run(config: dict, cell: C.Cell, spec) -> dict:
     after a config change) makes the mirror re-create the run from the files: the old run
     goes to MLflow's trash, so every (key, step) keeps one value, the files' latest.
     """
-    job = jobs.train_job(config, cell)
+    job = builders.train_job(config, cell)
     run_dir = Path(job.run_dir)
     if not (run_dir / C.DONE).exists():
         raise FileNotFoundError(f"{run_dir}: the run has not finished ({C.DONE} is missing)")

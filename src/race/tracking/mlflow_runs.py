@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from race.atomic import write_json_atomic, write_text_atomic
-from race.study.specs import MlflowSpec
+from race.core.atomic import write_json_atomic, write_text_atomic
+from race.core.specs import MlflowSpec
 
 RUN_ID_FILE = "mlflow_run_id"
 LOCK_FILE = ".mlflow.lock"

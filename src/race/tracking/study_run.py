@@ -18,9 +18,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from race.cpu_kernels import kernel_settings
-from race.outputs import read_output
-from race.study import cells as C
+from race.core import cells as C
+from race.core.cpu_kernels import kernel_settings
+from race.core.outputs import read_output
 from race.tracking.mlflow_runs import locked
 
 #: the distributions whose versions decide the numbers (and the workflow that ran them)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from race.flops.analytic import LoraSpec
-from race.study.cells import ConfigError, prm_dir
-from race.study.schema import default
+from race.core.cells import prm_dir
+from race.core.errors import ConfigError
+from race.core.schema import default
 
 #: Evaluation targets, in report order (``eval.targets`` names a subset; null means all).
 TARGETS: tuple[str, ...] = ("in_pass1", "sampled_pass1", "ood_pass1", "maj_k", "prm_bon",
@@ -39,6 +39,122 @@ def _from_section(cls, section: dict | None, name: str):
         return cls(**section)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- LoRA
+
+
+#: The seven Qwen2 projections LoRA can adapt, in forward order within a decoder layer.
+ALL_PROJECTIONS: tuple[str, ...] = (
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+)
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """Unmerged LoRA adapters of rank ``rank`` on the named projections of every layer."""
+
+    rank: int
+    targets: tuple[str, ...] = field(default=ALL_PROJECTIONS)
+
+    def __post_init__(self) -> None:
+        if int(self.rank) < 1:
+            raise ValueError(f"LoRA rank must be >= 1, got {self.rank}")
+        targets = (self.targets,) if isinstance(self.targets, str) else tuple(self.targets)
+        if not targets:
+            raise ValueError("LoRA needs at least one target module")
+        unknown = [t for t in targets if t not in ALL_PROJECTIONS]
+        if unknown:
+            raise ValueError(f"unknown LoRA target(s) {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(ALL_PROJECTIONS)}")
+        if len(set(targets)) != len(targets):
+            raise ValueError(f"duplicate LoRA targets in {targets}")
+        object.__setattr__(self, "rank", int(self.rank))
+        object.__setattr__(self, "targets", targets)
+
+    def adapts(self, name: str) -> bool:
+        return name in self.targets
+
+
+# --------------------------------------------------------------------------- task, teacher
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Shape of the arithmetic task; every field is a config key under ``task:``."""
+
+    seed: int = field(default=default("task", "seed"))
+    max_operand: int = field(default=default("task", "max_operand"))
+    max_value: int = field(default=default("task", "max_value"))
+    min_steps: int = field(default=default("task", "min_steps"))
+    max_steps: int = field(default=default("task", "max_steps"))
+    ood_min_steps: int = field(default=default("task", "ood_min_steps"))
+    ood_max_steps: int = field(default=default("task", "ood_max_steps"))
+    n_train: int = field(default=default("task", "n_train"))
+    n_eval_in: int = field(default=default("task", "n_eval_in"))
+    n_eval_ood: int = field(default=default("task", "n_eval_ood"))
+
+    def __post_init__(self):
+        if not 1 <= self.min_steps <= self.max_steps:
+            raise ValueError("task.min_steps must be >= 1 and <= task.max_steps")
+        if self.ood_min_steps <= self.max_steps:
+            raise ValueError("task.ood_min_steps must exceed task.max_steps (OOD = longer chains)")
+        if self.ood_max_steps < self.ood_min_steps:
+            raise ValueError("task.ood_max_steps must be >= task.ood_min_steps")
+        if self.max_operand < 1 or self.max_value < self.max_operand:
+            raise ValueError("task.max_operand must be >= 1 and <= task.max_value")
+        if self.max_value < 2 * self.max_operand - 1:
+            # sample_problem flips an operation that would leave [0, max_value]; the flipped
+            # one stays inside only if max_value >= 2 * max_operand - 1.
+            raise ValueError("task.max_value must be >= 2 * task.max_operand - 1 (an operation "
+                             "flipped to stay in range must land in [0, max_value])")
+
+    @classmethod
+    def from_config(cls, task: dict) -> TaskSpec:
+        """From the ``task:`` section (its source keys -- kind, file paths, hub ids -- are
+        not the shape of the arithmetic task and are left out); ValueError names a bad key."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in task.items() if k in names})
+
+
+
+def _teacher(key: str):
+    return field(default=default("teacher", key))
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    """Config keys under ``teacher:``: per-step slip rates by family and the truncation rate."""
+
+    noisy: bool = _teacher("noisy")  # false: the clean-teacher ablation (reference solutions)
+    operand_slip: float = _teacher("operand_slip")
+    sign_slip: float = _teacher("sign_slip")
+    arithmetic_slip: float = _teacher("arithmetic_slip")
+    truncate: float = _teacher("truncate")
+    truncate_min_steps: int = _teacher("truncate_min_steps")
+
+    def __post_init__(self):
+        for name in ("operand_slip", "sign_slip", "arithmetic_slip", "truncate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"teacher.{name} must be in [0, 1], got {value}")
+        if self.operand_slip + self.sign_slip + self.arithmetic_slip > 1.0:
+            raise ValueError("teacher: operand_slip + sign_slip + arithmetic_slip must be <= 1 "
+                             "(at most one slip per step)")
+        if self.truncate_min_steps < 2:
+            raise ValueError("teacher.truncate_min_steps must be >= 2 (a chain keeps a step)")
+
+    @classmethod
+    def from_config(cls, section: dict | None) -> TeacherSpec:
+        """The ``teacher:`` section; an unknown key or a bad rate is an error naming it."""
+        try:
+            return cls(**(section or {}))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"teacher: {exc}") from None
+
+    def rate(self, family: str) -> float:
+        return getattr(self, f"{family}_slip")
+
 
 
 # --------------------------------------------------------------------------- training
@@ -301,19 +417,55 @@ REWARD_KEYS = {
 REWARD_MODEL_KEY = {"rule": None, "prm": "prm", "rule+prm": "prm", "orm": "orm"}
 
 
+def _reward(key: str):
+    return field(default=default("rewards", key))
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """One ``rewards:`` entry: a rule (the verifier), a PRM's aggregated step scores, their
+    weighted sum, or an ORM's score (race.feedback.rewards). Which keys a type reads is
+    :data:`REWARD_KEYS`; the model options (:data:`MODEL_OPTIONS`) are None unless set, and
+    :meth:`to_dict` leaves unset ones out, so a job's JSON holds the entry as written plus the
+    schema's defaults."""
+
+    type: str = "rule"
+    prm: str | None = None  # prm, rule+prm: ladder PRM name, folder or hub id
+    orm: str | None = None  # orm: folder or hub id
+    aggregate: str = _reward("aggregate")
+    weight: float = _reward("weight")  # rule+prm: weight of the PRM term
+    verifier: str = _reward("verifier")
+    batch_size: int | None = None
+    attn_implementation: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    chat_template: bool | None = None
+
+    @property
+    def model(self) -> str | None:
+        """The feedback model this reward runs (its PRM or ORM), or None for a rule reward."""
+        key = REWARD_MODEL_KEY[self.type]
+        return None if key is None else getattr(self, key)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_config(cls, entry: dict, name: str = "reward") -> RewardSpec:
+        return _from_section(cls, entry, f"rewards.{name}")
+
+
 def reward_model(reward: dict) -> str | None:
     """The feedback model a ``rewards:`` entry names (its PRM or ORM), or None for a rule
     reward."""
-    key = REWARD_MODEL_KEY[reward.get("type", "rule")]
-    return None if key is None else reward.get(key)
+    return RewardSpec.from_config(reward).model
 
 
-def reward_spec(config: dict, name: str) -> dict:
+def reward_spec(config: dict, name: str) -> RewardSpec:
     """A ``rewards:`` entry with its PRM resolved to a directory (or hub id)."""
-    spec = dict(config["rewards"][name])
-    if "prm" in spec:
-        spec["prm"] = prm_dir(config, spec["prm"])
-    return spec
+    spec = RewardSpec.from_config(config["rewards"][name], name)
+    return replace(spec, prm=prm_dir(config, spec.prm)) if spec.prm else spec
 
 
 @dataclass(frozen=True)

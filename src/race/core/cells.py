@@ -16,18 +16,15 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from race.atomic import write_text_atomic
-from race.policy.ladder import LADDER_DIALS
+from race.core.atomic import write_text_atomic
+from race.core.errors import ConfigError
+from race.core.ladder import LADDER_DIALS
 
 #: Marker file of a finished run folder and of a complete rung snapshot.
 DONE = "DONE"
 #: A run folder's device, thread count and peak FLOP/s (race.flops.peak), written by its
 #: training job: the divisor of its utilisation columns.
 PERF = "perf.json"
-
-
-class ConfigError(ValueError):
-    """An invalid study config or cell; the message names the key."""
 
 
 #: What each cell-key field may hold: the workflow's wildcard constraints, and what the config

@@ -151,8 +151,8 @@ def study_plan(config: dict) -> dict:
     * ``nested_rungs_save``: separate runs to every rung (``one_run_per_rung``) minus
       ``full_grid``.
     """
-    from race.study import cells as C
-    from race.study.specs import race_targets
+    from race.core import cells as C
+    from race.core.specs import race_targets
 
     cells = C.grid_cells(config)
     budgets = [float(b) for b in config["budgets"]]
