@@ -48,8 +48,8 @@ def worker(steps: int) -> dict:
     import torch
 
     import race  # noqa: F401  (pins the kernel path where the environment leaves it open)
-    from race.core.cpu_kernels import kernel_path
     from race.data.tokenizer import load_tokenizer, save_tokenizer
+    from race.policy.device import kernel_path
     from race.policy.ladder import build_ladder_model
 
     torch.set_num_threads(1)

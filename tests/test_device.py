@@ -9,6 +9,7 @@ import torch
 
 from race.core import cells as C
 from race.core import jobs
+from race.core.specs import RewardSpec
 from race.policy import device as D
 from race.study import builders
 from race.study.config import load_config
@@ -101,11 +102,11 @@ def test_the_device_is_not_part_of_the_trajectory():
     assert job_fingerprint(job) == job_fingerprint(replace(job, device="cuda"))
     assert job_fingerprint(job) != job_fingerprint(replace(job, dtype="bfloat16"))
     # Nor where the reward's feedback model computes, or its scoring batch; its dtype is.
-    prm = replace(job, reward={"type": "prm", "prm": "nano"})
+    prm = replace(job, reward=RewardSpec(type="prm", prm="nano"))
     assert job_fingerprint(prm) == job_fingerprint(
-        replace(prm, reward={**prm.reward, "device": "cpu", "batch_size": 8}))
+        replace(prm, reward=replace(prm.reward, device="cpu", batch_size=8)))
     assert job_fingerprint(prm) != job_fingerprint(
-        replace(prm, reward={**prm.reward, "dtype": "bfloat16"}))
+        replace(prm, reward=replace(prm.reward, dtype="bfloat16")))
 
 
 def test_trl_config_follows_the_resolved_device():

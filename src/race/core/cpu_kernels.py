@@ -25,9 +25,9 @@ guide, "Specifying Code Branches"), so their numbers match only processors of th
 Measured: the default study, same code and seed, on an AMD EPYC (AVX-512) machine gave other
 base policies and another draw of every number than the machine its committed reports came
 from (docs/design.md, §7). Each run records the processor's vendor beside the path
-(:func:`kernel_path`), so two runs say whether they should agree. ``COMPATIBLE`` (SSE2) would
-hold across vendors, at a cost ``bench/cpu_kernels.py`` measures (its *compatible* path: 2.04x
-per training step there). Machines without AVX2 and other architectures (ARM) keep their own
+(:func:`race.policy.device.kernel_path`), so two runs say whether they should agree.
+``COMPATIBLE`` (SSE2) would hold across vendors, at a cost ``bench/cpu_kernels.py``
+measures (its *compatible* path: 2.04x per training step there). Machines without AVX2 and other architectures (ARM) keep their own
 kernels; GPU kernels are not affected (CUDA determinism is a separate matter).
 ``bench/cpu_kernels.py`` measures what the pin costs in speed.
 """
@@ -92,13 +92,3 @@ def kernel_settings() -> dict[str, str]:
     torch."""
     return {**{f"cpu_kernels.{k}": os.environ.get(k, "unset") for k in PINNED},
             "cpu_kernels.vendor": cpu_vendor()}
-
-
-def kernel_path() -> dict[str, str]:
-    """The kernel path this process computes with (recorded beside a run's device): ATen's CPU
-    capability, MKL's reproducibility branch as set (``auto`` when unset) and the processor's
-    vendor (a branch other than ``AUTO`` / ``COMPATIBLE`` holds on ``GenuineIntel`` only)."""
-    import torch
-
-    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR", "auto"), "cpu_vendor": cpu_vendor()}

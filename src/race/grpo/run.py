@@ -59,7 +59,6 @@ from pathlib import Path
 
 from race.core.atomic import make_temp_dir, write_json_atomic, write_text_atomic
 from race.core.cells import DONE, PERF, format_budget, rung_dir
-from race.core.cpu_kernels import kernel_path
 from race.core.jobs import TrainJob
 from race.core.outputs import read_output
 from race.flops import analytic as flops
@@ -83,6 +82,7 @@ from race.grpo.trainer import (
     grpo_config,
     metered_trainer_class,
 )
+from race.policy.device import kernel_path
 
 
 class BudgetError(ValueError):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+from race.core.cpu_kernels import cpu_vendor
 from race.core.errors import ConfigError
 
 #: The values of the config's ``device`` key.
@@ -71,3 +72,13 @@ def prepare_device(name: str | None = "auto", dtype: str | None = None, *,
                               "SLURM profile's gpu: 1)")
     torch.set_float32_matmul_precision("high")
     return device
+
+
+def kernel_path() -> dict[str, str]:
+    """The kernel path this process computes with (recorded beside a run's device): ATen's CPU
+    capability, MKL's reproducibility branch as set (``auto`` when unset) and the processor's
+    vendor (a branch other than ``AUTO`` / ``COMPATIBLE`` holds on ``GenuineIntel`` only)."""
+    import torch
+
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkl_cbwr": os.environ.get("MKL_CBWR", "auto"), "cpu_vendor": cpu_vendor()}
