@@ -28,7 +28,8 @@ from (docs/design.md, §7). Each run records the processor's vendor beside the p
 (:func:`race.policy.device.kernel_path`), so two runs say whether they should agree.
 ``COMPATIBLE`` (SSE2) would hold across vendors, at a cost ``bench/cpu_kernels.py``
 measures (its *compatible* path: 2.04x per training step there). Machines without AVX2 and
-other architectures (ARM) keep their own kernels; GPU kernels are not affected (CUDA determinism is a separate matter).
+other architectures (ARM) keep their own kernels; GPU kernels are not affected (CUDA
+determinism is a separate matter).
 ``bench/cpu_kernels.py`` measures what the pin costs in speed.
 """
 
