@@ -38,8 +38,8 @@ from race.core.specs import EvalSpec, PretrainSpec, TeacherSpec
 from race.data.sources import write_task_data
 from race.data.task import load_jsonl
 from race.data.tokenizer import save_tokenizer
-from race.evaluation.evaluator import Evaluator
 from race.evaluation.snapshot import load_snapshot
+from race.evaluation.targets import Evaluator
 from race.feedback.loading import load_prm
 from race.policy.pretrain import pretrain
 from race.study.config import load_config

@@ -115,7 +115,7 @@ def models_inside_race_evaluate(root: Path, base: Path, prm: Path, device: str,
                                 dtype: str) -> tuple[dict[str, set], dict]:
     """{model: {(device, dtype)}} of the policy and the PRM ``evaluate`` loads, and its payload
     (a few prompts of every target)."""
-    import race.evaluation.evaluate as ev
+    import race.evaluation.eval_job as ev
     from race.core.specs import EvalSpec
 
     seen: dict[str, set] = {"policy": set(), "PRM": set()}

@@ -29,8 +29,8 @@ from race.core.cells import results, rung_dir
 from race.core.jobs import TrainJob
 from race.core.specs import EvalSpec, allocation
 from race.data.task import load_jsonl
-from race.evaluation.evaluator import Evaluator
 from race.evaluation.snapshot import load_snapshot
+from race.evaluation.targets import Evaluator
 from race.grpo.run import run_training
 from race.study.config import check_config, load_config
 

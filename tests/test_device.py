@@ -118,7 +118,7 @@ def test_trl_config_follows_the_resolved_device():
 
 
 def test_a_gpu_asked_for_and_absent_fails_before_anything_is_written(no_gpu, tmp_path):
-    from race.evaluation.evaluate import evaluate
+    from race.evaluation.eval_job import evaluate
     from race.grpo.run import run_training
 
     run_dir = tmp_path / "run"

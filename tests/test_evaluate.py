@@ -14,10 +14,10 @@ from race.core.jobs import EvalJob, to_json
 from race.core.jobs import Snapshot as EvalSnapshot
 from race.core.specs import TARGETS, EvalSpec, TaskSpec
 from race.data.task import Record, write_splits
-from race.evaluation.evaluate import evaluate
-from race.evaluation.evaluator import Evaluator, SamplePool, batch_flops, rebatched_flops, verifier
+from race.evaluation.eval_job import evaluate
 from race.evaluation.metrics import best_index, bootstrap_interval, majority_index, wilson
 from race.evaluation.snapshot import Snapshot, load_snapshot
+from race.evaluation.targets import Evaluator, SamplePool, batch_flops, rebatched_flops, verifier
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
 
@@ -497,7 +497,7 @@ def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
 
 def test_snapshots_run_their_own_targets(root, tmp_path):
     """eval.search_at: base_and_top: a rung below the top leaves out maj_k and prm_bon."""
-    from race.evaluation.evaluate import run_evaluation
+    from race.evaluation.eval_job import run_evaluation
 
     low, top = tmp_path / "low" / "eval.json", tmp_path / "top" / "eval.json"
     job = EvalJob(policy=str(root / "base"), data_dir=str(root / "data"),

@@ -723,7 +723,7 @@ def prm_record(size: str, auc: float) -> dict:
 
 
 def test_feedback_table_reads_each_prm_and_who_uses_it():
-    from race.analysis.feedback import feedback_md, feedback_table
+    from race.analysis.prm_quality import feedback_md, feedback_table
 
     config = {"rewards": {"prm": {"type": "prm", "prm": "mini"},
                           "rule+prm": {"type": "rule+prm", "prm": "mini"},
@@ -746,7 +746,7 @@ def test_feedback_table_reads_each_prm_and_who_uses_it():
 
 
 def test_bad_prm_records_name_the_file(tmp_path):
-    from race.analysis.feedback import read_records
+    from race.analysis.prm_quality import read_records
     from race.cli import main
 
     (tmp_path / "runs.csv").write_text("size\n")
@@ -842,7 +842,7 @@ def test_write_reports_is_deterministic(cli_report, report, tmp_path):
     """The same table, analysed in memory, writes byte-identical files (no time, fixed order)."""
     from dataclasses import replace
 
-    from race.analysis.feedback import feedback_table, read_records
+    from race.analysis.prm_quality import feedback_table, read_records
     from race.analysis.report import write_tables
 
     out = cli_report / "reports"

@@ -12,7 +12,7 @@ Entry point: :func:`write_reports`. Inputs and conventions:
   a value), and ``rewards`` / ``eval.prm`` (which rewards each PRM serves). A configured target
   without a value in the table is listed in the report as not evaluated rather than failing.
 - ``prm_records``: the ``prm.json`` files of the PRMs the study trained (the feedback-model
-  table, :mod:`race.analysis.feedback`); none for a study without one.
+  table, :mod:`race.analysis.prm_quality`); none for a study without one.
 - Output (all paths relative to ``out_dir``): runs.csv (the input, sorted), frontier.csv,
   regime.csv, missing.csv, pilot_rankings.csv, agreement.csv, agreement_ranks.csv,
   race_cost.csv, fits.csv, feedback.csv, figures/<name>.png|svg (the overview grids),
@@ -38,7 +38,6 @@ from pathlib import Path
 import pandas as pd
 
 from race.analysis import figures, paper_figures
-from race.analysis.feedback import FEEDBACK_COLUMNS, feedback_md, feedback_table, read_records
 from race.analysis.fit import band_table, fit_table, rung_points
 from race.analysis.frontier import (
     CELL_KEYS,
@@ -69,6 +68,7 @@ from race.analysis.markdown import (
     regime_md,
     target,
 )
+from race.analysis.prm_quality import FEEDBACK_COLUMNS, feedback_md, feedback_table, read_records
 from race.analysis.protocol import (
     AGREEMENT_COLUMNS,
     RANK_COLUMNS,
@@ -258,7 +258,7 @@ class Report:
     panels: dict[str, list[str]] = field(default_factory=dict)
     #: configured targets with no value in the table
     targets_not_evaluated: list[str] = field(default_factory=list)
-    #: the trained PRMs' held-out quality (race.analysis.feedback), empty without one
+    #: the trained PRMs' held-out quality (race.analysis.prm_quality), empty without one
     feedback: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         columns=FEEDBACK_COLUMNS))
 

@@ -1,5 +1,5 @@
 """``race evaluate``: every evaluation target of every snapshot of a cell, or of a base policy
-(see race.evaluation.evaluate).
+(see race.evaluation.eval_job).
 
     race evaluate --job JSON
     race evaluate --config config.yaml --cell size~nano/reward~rule/alloc~g8/seed~0
@@ -20,7 +20,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from race.evaluation.evaluate import run_evaluation
+    from race.evaluation.eval_job import run_evaluation
 
     for out, payload in run_evaluation(load_job("evaluate", args)):
         for target, r in payload["targets"].items():

@@ -238,7 +238,7 @@ def _eval(key: str):
 
 @dataclass(frozen=True)
 class EvalSpec:
-    """The config keys under ``eval:`` (see :mod:`race.evaluation.evaluate` for each target)."""
+    """The config keys under ``eval:`` (see :mod:`race.evaluation.eval_job` for each target)."""
 
     targets: tuple[str, ...] | None = _eval("targets")  # which targets run (None: all)
     n_in: int = _eval("n_in")

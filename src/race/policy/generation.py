@@ -59,7 +59,7 @@ def completion_lengths(new_ids, eos_id: int | None, pad_id: int | None) -> list[
 
 def length_order(lengths: list[int]) -> list[int]:
     """Row indices by increasing length, ties in row order: the order :func:`generate` batches
-    rows in (and :func:`race.evaluation.evaluator.rebatched_flops` assumes)."""
+    rows in (and :func:`race.evaluation.targets.rebatched_flops` assumes)."""
     return sorted(range(len(lengths)), key=lambda i: lengths[i])
 
 

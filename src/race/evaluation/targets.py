@@ -1,6 +1,6 @@
 """The evaluator: every target of one loaded snapshot, each with its own ``eval`` FLOP ledger
 (the targets, their intervals and what each is charged are described in
-:mod:`race.evaluation.evaluate`)."""
+:mod:`race.evaluation.eval_job`)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
 from race.policy.generation import length_order
 
-#: Seed salts: each sampled draw has its own random stream (see race.evaluation.evaluate).
+#: Seed salts: each sampled draw has its own random stream (see race.evaluation.eval_job).
 _SALT = {"pool": 3, "prm_bon": 4, "native_reward": 5, "sampled_pass1": 6}
 
 ZERO = PhaseFlops(0, 0, 0)

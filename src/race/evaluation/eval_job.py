@@ -80,8 +80,8 @@ from typing import Any
 from race.core.atomic import write_json_atomic
 from race.core.specs import EvalSpec, RewardSpec
 from race.data.task import Record, load_jsonl
-from race.evaluation.evaluator import Evaluator, add_flops, flops_json
 from race.evaluation.snapshot import load_snapshot, rung_info
+from race.evaluation.targets import Evaluator, add_flops, flops_json
 from race.policy.device import prepare_device
 
 EVAL_FORMAT = "race-eval/1"
