@@ -238,7 +238,7 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
     from race.feedback.prm_training import init_classifier
     from race.feedback.rewards import build_reward
     from race.flops import analytic as F
-    from race.flops.meter import BatchShapes, StepMeter
+    from race.flops.meter import StepMeter, generation_step_bound
     from race.policy.ladder import ladder_config
     from race.study.config import first_step_bound, max_prompt_tokens
 
@@ -253,9 +253,8 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
     for name in config["allocations"]:
         alloc = allocation(config, name)
         meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations)
-        worst = BatchShapes.worst_case(alloc.rows, prompt, alloc.max_completion_length)
-        trainer = meter.step_bound(True, worst, None,
-                                   reward.bound(alloc.rows, prompt, alloc.max_completion_length))
+        trainer = generation_step_bound(meter, alloc.rows, prompt,
+                                        alloc.max_completion_length, reward.reads)
         assert first_step_bound(config, "nano", name, "rule+prm", prompt) == trainer
         assert first_step_bound(config, "nano", name, "rule", prompt) < trainer
 

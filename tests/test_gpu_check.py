@@ -1,6 +1,6 @@
-"""bench/gpu_check.py, the one script a GPU session runs: without a GPU it says so and measures
-nothing; with --cpu every code path runs at a tiny scale (policy device and dtype inside race
-train, FLOP fidelity, race train vs TRL, rollout caches)."""
+"""bench/performance/gpu_check.py, the one script a GPU session runs: without a GPU it says so
+and measures nothing; with --cpu every code path runs at a tiny scale (policy device and dtype
+inside race train, FLOP fidelity, race train vs TRL, rollout caches)."""
 
 import os
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "performance" / "gpu_check.py"
 
 
 def _run(*args: str) -> str:

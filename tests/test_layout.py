@@ -230,3 +230,30 @@ def test_nothing_points_outside_the_repository():
     for path in tracked + [ROOT / "Snakefile", ROOT / "Makefile"]:
         text = path.read_text(errors="ignore")
         assert "../shared" not in text and "DESIGN.md" not in text, path
+
+
+# --------------------------------------------------------------------------- one step bound
+
+
+def test_the_step_bound_has_one_definition():
+    """The budget stop's rule -- the most a generation step can cost, every row at the longest
+    prompt and the completion cap, the reward model included -- is one function, which the
+    config check, ``race plan``, the trainer and the tests call; nothing else adds up a
+    worst-case step."""
+    defined = [name for name, tree in TREES.items() for node in tree.body
+               if isinstance(node, ast.FunctionDef) and node.name in (
+                   "generation_step_bound", "generation_step", "step_bound")]
+    assert defined == ["race.flops.meter", "race.flops.meter"]
+    texts = {name: path.read_text() for name, path in MODULES.items()}
+    tests = {p.name: p.read_text() for p in (ROOT / "tests").glob("test_*.py")}
+    assert {"race.study.config", "race.grpo.run"} <= {
+        n for n, t in texts.items() if "generation_step_bound(" in t}
+    assert "generation_step(" in texts["race.study.plan"]  # race plan's phases
+    assert {"test_train.py", "test_plan.py", "test_config.py"} <= {
+        n for n, t in tests.items() if "generation_step_bound(" in t}
+    # A worst-case batch is built by the bound itself, by race plan's reuse-step price and by
+    # the trainer's data-loader sizing (not a bound): nowhere else.
+    builders = {n for n, t in texts.items() if "BatchShapes.worst_case(" in t}
+    assert builders == {"race.flops.meter", "race.study.plan", "race.grpo.run"}
+    assert not [n for n, t in tests.items() if "worst_case(" in t and "step_bound" in t
+                and "generation_step_bound" not in t]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from race.cli import main
 from race.flops import analytic as F
-from race.flops.meter import BatchShapes, StepMeter
+from race.flops.meter import StepMeter, generation_step_bound
 from race.study.config import load_config
-from race.study.plan import plan, step_cost, study_plan
+from race.study.plan import plan, reward_reads, step_cost, study_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ def run_json(capsys, *argv: str) -> dict:
 
 def test_one_step_and_the_floor_by_hand():
     """nano, 8 rows x (16 + 24) tokens, one update per batch, rule reward: the analytic
-    formulas by hand, the trainer's bound (StepMeter.step_bound), and steps = floor(B / step)."""
+    formulas by hand, the trainer's bound (generation_step_bound), and steps = floor(B / step)."""
     arch, lora = F.resolve_arch("nano"), F.LoraSpec(4, F.ALL_PROJECTIONS)
     rows, p, g = 8, 16, 24
     # rollout: a prefill of the prompt (logits at its last position), then one cached decode
@@ -37,8 +37,7 @@ def test_one_step_and_the_floor_by_hand():
     assert (cost.rollout, cost.reward, cost.learning, cost.reuse_learning) == (
         rollout, 0, learning, 0)
     meter = StepMeter(arch, lora, beta=0.0, num_iterations=1)
-    assert meter.step_bound(True, BatchShapes.worst_case(rows, p, g), None, 0) == \
-        rollout + learning
+    assert generation_step_bound(meter, rows, p, g, None) == rollout + learning
     step = rollout + learning
     for budget, steps in ((7 * step, 7), (7 * step - 1, 6), (7.5 * step, 7), (step - 1, 0)):
         result = plan(cost, budget, rows)
@@ -84,9 +83,13 @@ def test_the_typical_case_still_reserves_the_worst_case():
 def test_a_prm_reward_is_charged_per_row():
     arch, prm = F.resolve_arch("nano"), F.resolve_arch("mini")
     cost = step_cost(arch, rows=4, prompt_len=10, completion_len=20, lora=None,
-                     reward_arch=prm)
-    # the feedback model's bound: prompt + completion + the separator it may append
+                     reward=reward_reads("nano", "mini"))
+    # a ladder PRM on a ladder policy: prompt + completion + the separator it appends
     assert cost.reward == 4 * F.reward_model_flops(prm, 31)
+    # another tokenizer: two of its tokens per policy token, at most (an estimate)
+    qwen = reward_reads("nano", "Qwen2.5-0.5B")
+    assert qwen.tokens(10, 20) == 61 and reward_reads("nano", "mini", "sequence").tokens(1, 1) == 2
+    assert reward_reads("nano", None) is None
 
 
 def test_race_plan_flags_and_config(capsys):

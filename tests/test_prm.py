@@ -229,8 +229,7 @@ class FixedModel:
     def consume(self):
         return PhaseFlops(7, 9, 3)
 
-    def bound(self, rows, max_prompt_len, max_completion_len):
-        return 11 * rows
+    reads = "what the model reads"  # handed on as is by the reward
 
 
 def test_rule_plus_prm_weighting_on_fixed_scores():
@@ -242,11 +241,11 @@ def test_rule_plus_prm_weighting_on_fixed_scores():
     # rule = [1, 0, 0]; min = [0.2, 0.6, 0.0]; reward = 0.75 * rule + 0.25 * min
     assert got == pytest.approx([0.75 + 0.05, 0.15, 0.0])
     assert got == pytest.approx(combine([1, 0, 0], [0.2, 0.6, 0.0], 0.25))
-    assert reward.__name__ == "rule+prm" and reward.bound(4, 10, 10) == 44
+    assert reward.__name__ == "rule+prm" and reward.reads == FixedModel.reads
     assert reward.consume() == PhaseFlops(7, 9, 3)
     rule_only = FeedbackReward(FixedModel(steps), "rule+prm", weight=0.0)
     assert rule_only([PROMPT] * 3, completions, answer=answers) == [1.0, 0.0, 0.0]
-    assert rule_only.bound(4, 10, 10) == 0  # the PRM is not run at weight 0
+    assert rule_only.reads is None  # the PRM is not run at weight 0: nothing reserved
     prm = FeedbackReward(FixedModel(steps), "prm", aggregate="product")
     assert prm([PROMPT] * 3, completions) == pytest.approx([0.18, 0.42, 0.0])
     partial = FeedbackReward(FixedModel(steps), "rule+prm", aggregate="mean", weight=0.5)
@@ -344,7 +343,7 @@ def test_bound_covers_a_worst_case_call(prm_dir, tokenizer):
     rows = 3
     reward([prompt] * rows, [completion] * rows)
     spent = reward.consume()
-    bound = reward.bound(rows, len(prompt), len(completion))
+    bound = rows * reward.reads.row_flops(len(prompt), len(completion))
     assert spent.model <= bound
     assert bound == rows * F.reward_model_flops(reward.model.arch, len(prompt) + len(completion)
                                                 + 1, head="token")
@@ -505,7 +504,7 @@ def test_bound_covers_a_prm_that_reads_more_tokens_than_the_policy(tmp_path):
     rows = 3
     reward([prompt] * rows, [completion] * rows)
     spent = reward.consume()
-    assert 0 < spent.model <= reward.bound(rows, *lengths)
+    assert 0 < spent.model <= rows * reward.reads.row_flops(*lengths)
     # The same call bounded as if the PRM read the policy's tokens would be too low.
     same = rows * reward.model.ledger.row_flops(sum(lengths) + 1)
     assert spent.model > same

@@ -22,7 +22,7 @@ from race.core.jobs import TrainJob, to_json
 from race.core.specs import Allocation, TaskSpec
 from race.data.task import write_splits
 from race.flops.ledger import Ledger
-from race.flops.meter import BatchShapes, StepMeter
+from race.flops.meter import StepMeter, generation_step_bound
 from race.grpo.resume import job_fingerprint, latest_checkpoint, reuse_finished, rung_complete
 from race.grpo.run import BudgetError, RunLockedError, run_lock, run_training
 
@@ -61,8 +61,8 @@ def step_bound(root: Path, alloc: Allocation) -> int:
     max_prompt = max(len(tok(r.prompt, add_special_tokens=False)["input_ids"])
                      for r in load_jsonl(root / "data" / "train.jsonl"))
     meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations)
-    return meter.step_bound(True, BatchShapes.worst_case(alloc.rows, max_prompt,
-                                                         alloc.max_completion_length), None, 0)
+    return generation_step_bound(meter, alloc.rows, max_prompt, alloc.max_completion_length,
+                                 None)
 
 
 def flops_rows(ledger: dict) -> list[tuple]:
@@ -484,7 +484,7 @@ def test_meter_matches_flop_counter(tiny_base, tiny_prm, tmp_path, monkeypatch, 
                     out = super().training_step(*a, **k)
                 learning = fc.total - self._phases["rollout"] - self._phases["reward"]
                 measured.append({**self._phases, "learning": learning})
-                shapes.append(self.race_last_shapes)
+                shapes.append(self.recorder.last_shapes)
                 return out
 
         return Counting

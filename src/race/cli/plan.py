@@ -174,7 +174,7 @@ def _header(req: dict, arch) -> str:
 def run(args) -> int:
     from race.core.errors import ConfigError
     from race.flops.analytic import resolve_arch
-    from race.study.plan import format_plan, plan, step_cost
+    from race.study.plan import format_plan, plan, reward_reads, step_cost
 
     try:
         req = _request(args)
@@ -182,15 +182,17 @@ def run(args) -> int:
     except (ValueError, KeyError, FileNotFoundError, ConfigError) as exc:
         print(f"race plan: error: {exc}", file=sys.stderr)
         return 2
+    model = _size(req["reward_model"]) if req["reward_model"] else None
     try:
-        reward_arch = resolve_arch(_size(req["reward_model"])) if req["reward_model"] else None
+        if model is not None:
+            resolve_arch(model)  # the reason an unknown one is unknown
     except (ValueError, KeyError, FileNotFoundError) as exc:
         print(f"race plan: error: the reward model: {exc}; --prm ARCH stands in for it",
               file=sys.stderr)
         return 2
     shapes = {"rows": req["rows"], "prompt_len": req["prompt_len"], "lora": req["lora"],
               "beta": req["beta"], "num_iterations": req["num_iterations"],
-              "reward_arch": reward_arch, "reward_head": req["reward_head"],
+              "reward": reward_reads(req["size"], model, req["reward_head"]),
               "grad_ckpt": req["grad_ckpt"]}
     worst = step_cost(arch, completion_len=req["completion_len"], **shapes)
     cases = {f"worst case (every completion at the {req['completion_len']}-token cap: what "

@@ -2,8 +2,8 @@
 
 Three kinds of feedback model load through :func:`race.feedback.loading.load_feedback_model`,
 and all answer ``step_scores(prompts, completions) -> list[list[float]]``,
-``score(..., aggregate)``, ``consume() -> PhaseFlops`` and
-``bound(rows, max_prompt_len, max_completion_len)``:
+``score(..., aggregate)``, ``consume() -> PhaseFlops`` and ``reads`` (what it reads of a
+completion, the budget stop's price of it):
 
 ``TokenClassifierPRM``  ours (``race prm``): a ``Qwen2ForTokenClassification`` with 2 labels.
     Text = prompt + each completion line closed by ``"\\n"``
@@ -56,12 +56,13 @@ in best-of-n; :meth:`FeedbackModel.consume` returns and resets them):
   padding the difference is exactly the masked upper triangle of the attention block;
 * tokens: real tokens the feedback model read.
 
-``bound(rows, P, C)`` (budget stop) = ``rows`` x the model FLOPs of one row of
-``e·(P + C) + s + t`` tokens, where P, C are policy tokens, ``e`` the most PRM tokens one
-policy token can become (measured over the policy's vocabulary when its tokenizer is given,
-else 1: same tokenization), ``s`` the separator appended to the last line and ``t`` the chat
-template's own tokens. It assumes the PRM tokenizer never splits a concatenation into more
-tokens than its pieces (true for character-level and byte-level BPE tokenizers in practice).
+``reads`` (:class:`race.flops.meter.RewardReads`, the budget stop's price of a row): a row of
+P prompt and C completion policy tokens is at most ``e·(P + C) + s + t`` of its tokens, ``e``
+the most PRM tokens one policy token can become (measured over the policy's vocabulary when
+its tokenizer is given, else 1: same tokenization), ``s`` the separator appended to the last
+line and ``t`` the chat template's own tokens. It assumes the PRM tokenizer never splits a
+concatenation into more tokens than its pieces (true for character-level and byte-level BPE
+tokenizers in practice).
 
 The Qwen-Math PRM is :mod:`race.feedback.qwen_math`; loading by name, path or hub id is
 :mod:`race.feedback.loading`; the rewards built on these models are :mod:`race.feedback.rewards`;
@@ -85,7 +86,7 @@ from race.feedback.prm_data import (
 )
 from race.feedback.scores import AGGREGATES, as_text
 from race.flops import analytic as flops
-from race.flops.meter import PhaseFlops
+from race.flops.meter import PhaseFlops, RewardReads
 from race.policy.device import DEVICES
 from race.policy.device import resolve_device as policy_device
 
@@ -274,11 +275,13 @@ class FeedbackModel:
         """FLOPs and tokens of the forwards since the last call (then reset to zero)."""
         return self.ledger.consume()
 
-    def bound(self, rows: int, max_prompt_len: int, max_completion_len: int) -> int:
-        """Most model FLOPs one call on ``rows`` completions can cost (module docstring)."""
-        appended = 1 if self.separator is not None else 0
-        n = self.expansion * (max_prompt_len + max_completion_len) + appended
-        return rows * self.ledger.row_flops(n + self.template_tokens)
+    @property
+    def reads(self) -> RewardReads:
+        """What this model reads of a completion, at most (module docstring)."""
+        return RewardReads(self.ledger.arch, self.ledger.head, self.ledger.num_labels,
+                           expansion=self.expansion,
+                           appended=1 if self.separator is not None else 0,
+                           template=self.template_tokens)
 
 
 def _vocabulary_texts(tokenizer) -> list[str]:

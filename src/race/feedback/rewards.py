@@ -21,7 +21,7 @@ from pathlib import Path
 
 from race.data.task import VERIFIERS, answer_reader
 from race.feedback.scores import AGGREGATES, as_text
-from race.flops.meter import PhaseFlops
+from race.flops.meter import PhaseFlops, RewardReads
 
 
 class RuleReward:
@@ -38,8 +38,8 @@ class RuleReward:
     def consume(self) -> PhaseFlops:
         return PhaseFlops(0, 0, 0)
 
-    def bound(self, rows: int, max_prompt_len: int, max_completion_len: int) -> int:
-        return 0
+    #: A rule reads no model: nothing to reserve for it.
+    reads = None
 
 
 def build_reward(spec: dict, tokenizer=None, results_dir=None):
@@ -110,10 +110,12 @@ class FeedbackReward:
     def consume(self) -> PhaseFlops:
         return self.model.consume()
 
-    def bound(self, rows: int, max_prompt_len: int, max_completion_len: int) -> int:
+    @property
+    def reads(self) -> RewardReads | None:
+        """What the reward model reads of a completion (None: at weight 0 it is not run)."""
         if self.rule is not None and self.weight == 0.0:
-            return 0
-        return self.model.bound(rows, max_prompt_len, max_completion_len)
+            return None
+        return self.model.reads
 
 
 def combine(rule: Sequence[float], model: Sequence[float], weight: float) -> list[float]:

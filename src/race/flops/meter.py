@@ -148,16 +148,61 @@ class StepMeter:
                 tokens += sum(b.prompt_lens) + sum(b.completion_lens)
         return PhaseFlops(model, executed, tokens)
 
-    # ------------------------------------------------------------------ bounds
-    def step_bound(self, next_is_generation: bool, worst: BatchShapes,
-                   reuse: BatchShapes | None, reward_bound: int) -> int:
-        """Model FLOPs that the next step can cost at most.
 
-        A reuse step trains again on the buffered batch, whose shapes are known: the bound is
-        exact. A generation step is bounded by every row at the longest prompt and the
-        completion cap (plus the reward model's bound for those shapes).
-        """
-        if not next_is_generation and reuse is not None:
-            return self.learning(reuse, generation_step=False).model
-        return (self.rollout(worst).model + self.learning(worst, generation_step=True).model
-                + reward_bound)
+# --------------------------------------------------------------------------- the step bound
+
+
+@dataclass(frozen=True)
+class RewardReads:
+    """What a reward model reads of one completion, as a FLOP price: a row of ``P`` prompt and
+    ``C`` completion policy tokens is ``expansion * (P + C) + appended + template`` of its own
+    tokens (``expansion``: the most of its tokens one policy token becomes, 1 when both share
+    a tokenizer; ``appended``: the step separator closing the last line; ``template``: a chat
+    template's tokens), each priced by :func:`race.flops.analytic.reward_model_flops`."""
+
+    arch: Arch
+    head: str = "token"
+    num_labels: int = 2
+    expansion: int = 1
+    appended: int = 0
+    template: int = 0
+
+    def tokens(self, prompt_len: int, completion_len: int) -> int:
+        return self.expansion * (prompt_len + completion_len) + self.appended + self.template
+
+    def row_flops(self, prompt_len: int, completion_len: int) -> int:
+        return flops.reward_model_flops(self.arch, self.tokens(prompt_len, completion_len),
+                                        head=self.head, num_labels=self.num_labels)
+
+
+@dataclass(frozen=True)
+class GenerationStep:
+    """Model FLOPs of one generation step with every row at the same lengths, per phase."""
+
+    rollout: int
+    reward: int
+    learning: int
+
+    @property
+    def total(self) -> int:
+        return self.rollout + self.reward + self.learning
+
+
+def generation_step(meter: StepMeter, rows: int, prompt_len: int, completion_len: int,
+                    reward: RewardReads | None) -> GenerationStep:
+    """The model FLOPs of a generation step whose ``rows`` completions all have
+    ``prompt_len + completion_len`` tokens, charged as the trainer charges a real one."""
+    shapes = BatchShapes.worst_case(rows, prompt_len, completion_len)
+    scored = 0 if reward is None else rows * reward.row_flops(prompt_len, completion_len)
+    return GenerationStep(meter.rollout(shapes).model, scored,
+                          meter.learning(shapes, generation_step=True).model)
+
+
+def generation_step_bound(meter: StepMeter, rows: int, max_prompt_len: int,
+                          max_completion_len: int, reward: RewardReads | None) -> int:
+    """The budget stop's one rule: the most model FLOPs a generation step can cost, every row
+    at the longest prompt and the completion cap, the reward model included. A run takes a
+    step only while its total plus this bound stays within the budget (a reuse step, whose
+    batch is known, is charged exactly instead), so total <= budget and budget - total < one
+    step. The config check, ``race plan``, the trainer and the tests all ask this function."""
+    return generation_step(meter, rows, max_prompt_len, max_completion_len, reward).total

@@ -54,8 +54,9 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from race.core.atomic import make_temp_dir, write_json_atomic, write_text_atomic
 from race.core.cells import DONE, PERF, format_budget, rung_dir
@@ -63,7 +64,7 @@ from race.core.jobs import TrainJob
 from race.core.outputs import read_output
 from race.flops import analytic as flops
 from race.flops.ledger import BUDGET_PHASES, Ledger
-from race.flops.meter import BatchShapes, StepMeter
+from race.flops.meter import BatchShapes, StepMeter, generation_step_bound
 from race.flops.peak import device_peak, utilisation
 from race.grpo.adapter_card import finish_adapter
 from race.grpo.resume import (
@@ -77,6 +78,7 @@ from race.grpo.resume import (
     rung_summary_json,
 )
 from race.grpo.trainer import (
+    PhaseRecorder,
     budget_callback_class,
     fused_head_is_compact,
     grpo_config,
@@ -115,13 +117,10 @@ class MeteredRun:
                                grad_ckpt=job.gradient_checkpointing,
                                attn_implementation=job.attn_implementation,
                                head_all_positions=not fused_head_is_compact(device))
-        self.worst = BatchShapes.worst_case(job.alloc.rows, max_prompt_len,
-                                            job.alloc.max_completion_length)
-        self.reward_bound = reward.bound(job.alloc.rows, max_prompt_len,
-                                         job.alloc.max_completion_length)
         # The bound of a generation step depends only on the worst case: computed once.
-        self.generation_bound = self.meter.step_bound(True, self.worst, None,
-                                                      self.reward_bound)
+        self.generation_bound = generation_step_bound(
+            self.meter, job.alloc.rows, max_prompt_len, job.alloc.max_completion_length,
+            reward.reads)
         self.ledger = Ledger()
         self.counters = {"updates": 0, "rollouts": 0, "prompts_seen": 0}
         self.metrics: list[dict] = []
@@ -130,7 +129,7 @@ class MeteredRun:
         self.next_bound: int | None = None  # the bound the last step's rung check used
         self.fingerprint = job_fingerprint(job)
         self.finished = False
-        self.trainer = None
+        self.recorder = PhaseRecorder()  # the trainer's seams write into it
         self.logger = None
 
     # ------------------------------------------------------------------ bounds
@@ -140,32 +139,31 @@ class MeteredRun:
     def next_step_bound(self, step: int) -> int:
         if step % self.job.alloc.num_iterations == 0:  # the next step generates
             return self.generation_bound
-        return self.meter.step_bound(False, self.worst, self.trainer.race_last_shapes,
-                                     self.reward_bound)
+        # A reuse step trains on the last generated batch again: its cost is known exactly.
+        return self.meter.learning(self.recorder.last_shapes, generation_step=False).model
 
     # ------------------------------------------------------------------ per step
     def end_of_step(self, step: int, model) -> None:
-        t = self.trainer.race_step
-        shapes = t["shapes"]
+        t = self.recorder.take()
+        shapes = t.shapes
         generation_step = shapes is not None
-        batch = shapes if generation_step else self.trainer.race_last_shapes
+        batch = shapes if generation_step else self.recorder.last_shapes
         learning = self.meter.learning(batch, generation_step)
-        learn_s = max(0.0, t.get("step_s", 0.0) - t["rollout_s"] - t["reward_s"])
+        learn_s = max(0.0, t.step_s - t.rollout_s - t.reward_s)
         if generation_step:
             rollout = self.meter.rollout(shapes)
             reward = self.reward.consume()
             self.ledger.add(step, "rollout", rollout.model, rollout.executed, rollout.tokens,
-                            round(t["rollout_s"], 6))
+                            round(t.rollout_s, 6))
             self.ledger.add(step, "reward", reward.model, reward.executed, reward.tokens,
-                            round(t["reward_s"], 6))
+                            round(t.reward_s, 6))
             self.counters["rollouts"] += shapes.rows
             self.counters["prompts_seen"] += shapes.rows // self.job.alloc.num_generations
         self.ledger.add(step, "learning", learning.model, learning.executed, learning.tokens,
                         round(learn_s, 6))
         self.counters["updates"] += 1
-        self.trainer.race_step = {"rollout_s": 0.0, "reward_s": 0.0, "shapes": None}
-        self.step_seconds = {"rollout_s": t["rollout_s"] if generation_step else 0.0,
-                             "reward_s": t["reward_s"] if generation_step else 0.0,
+        self.step_seconds = {"rollout_s": t.rollout_s if generation_step else 0.0,
+                             "reward_s": t.reward_s if generation_step else 0.0,
                              "learning_s": learn_s}
         executed = {"learning": learning.executed}
         if generation_step:
@@ -341,37 +339,30 @@ def run_training(job: TrainJob) -> dict:
         return _train(job, run_dir, device)
 
 
+@dataclass
+class Prepared:
+    """What a training job loads before its first step."""
+
+    tokenizer: Any
+    dataset: Any
+    max_prompt: int  # the longest training prompt, in policy tokens
+    policy: Any
+    reward: Any  # a rule or feedback-model reward (race.feedback.rewards)
+    peak: Any  # the device's peak FLOP/s (race.flops.peak)
+
+    def new_run(self, job: TrainJob, device: str) -> MeteredRun:
+        arch = flops.Arch.from_config(self.policy.config)
+        return MeteredRun(job, arch, self.reward, self.max_prompt, device, self.peak.flops_per_s)
+
+
 def _train(job: TrainJob, run_dir: Path, device: str) -> dict:
-    import torch
-    from peft import LoraConfig
-
-    from race.data.tokenizer import load_tokenizer
-    from race.feedback.rewards import build_reward
-    from race.policy.ladder import load_policy
-
+    """Reuse a finished run, or prepare, resume (or start fresh), build the trainer, train
+    to the budget and finish."""
     finished = reuse_finished(job, run_dir)
     if finished is not None:
         return finished
-    peak = device_peak(device, job.dtype)
-    (run_dir / DONE).unlink(missing_ok=True)
-    (run_dir / "train.json").unlink(missing_ok=True)
-    discard_partial_snapshots(run_dir)
-    # Where this process computes, its peak and CPU kernel path (the latest process's, after a
-    # resume): runs on different kernel paths are not expected to agree bit for bit.
-    write_json_atomic(run_dir / PERF, {"device": device, "threads": torch.get_num_threads(),
-                                       **kernel_path(), **asdict(peak)}, indent=1)
-
-    torch.manual_seed(job.seed)
-    tokenizer = load_tokenizer(job.base)
-    dataset, max_prompt = _dataset(job.train_data, tokenizer)
-    policy = load_policy(job.base, attn_implementation=job.attn_implementation,
-                         dtype=getattr(torch, job.dtype))
-    arch = flops.Arch.from_config(policy.config)
-    # The feedback model computes beside the policy unless its rewards: entry names a device.
-    reward = build_reward({"device": device, **job.reward.to_dict()}, tokenizer=tokenizer,
-                          results_dir=job.results_dir)
-    run = MeteredRun(job, arch, reward, max_prompt, device, peak.flops_per_s)
-
+    ready = _prepare(job, run_dir, device)
+    run = ready.new_run(job, device)
     first = run.first_step_bound()
     if first > job.rungs[0]:
         raise BudgetError(
@@ -379,61 +370,11 @@ def _train(job: TrainJob, run_dir: Path, device: str) -> dict:
             f"step of this cell (up to {first:.3e} model FLOPs with {job.alloc.rows} "
             f"completions of up to {job.alloc.max_completion_length} tokens): raise the rung "
             f"or shrink the allocation")
-
-    resume = latest_checkpoint(run_dir, run.fingerprint)
-    if resume is not None:
-        run.restore(resume)
-        rebuilt = run.rebuild_rungs()  # the summaries Snakemake deleted before this rerun
-        lost = [b for b in run.rungs_done if not rung_complete(run_dir, b)]
-        passed = run.due_rungs(run.ledger.model_total)
-        if lost or passed or any(b not in job.rungs for b in run.rungs_done):
-            # A rung snapshot taken before this checkpoint lost its adapter, or the rungs
-            # changed (one removed, or one added below the checkpoint): only a fresh run can
-            # write them. Deterministic: every rung comes out the same.
-            run = MeteredRun(job, arch, reward, max_prompt, device, peak.flops_per_s)
-            resume = None
-        else:
-            kept = len(run.ledger.steps)
-            print(f"race train: resuming from {resume.name} ({kept} steps kept; rung "
-                  f"summaries rebuilt: {[format_budget(b) for b in rebuilt]})", file=sys.stderr)
-    if resume is None:
-        # Fresh: nothing of an earlier or different run may leak in (TRL would rotate its
-        # checkpoints in with the new ones; metrics.jsonl is appended to; an old rung's
-        # adapter must not pass for this job's).
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-        for old_rung in run_dir.glob("budget~*"):
-            shutil.rmtree(old_rung)
-
+    run, resume = _resume_or_fresh(run, ready, job, run_dir, device)
     if len(run.rungs_done) == len(job.rungs):  # killed after its last snapshot
         return _finish(run, job, run_dir)
-    if job.mlflow is not None and getattr(job.mlflow, "enabled", False):
-        from race.tracking.mlflow_runs import RunLogger
-
-        run.logger = RunLogger(job.mlflow, run_dir, job.run_key or str(run_dir), job.study,
-                               job.params(), tags=job.tags)
-        if resume is None and not run.logger.created:
-            # A fresh trajectory: the points the cell's MLflow run holds are another run's
-            # (an earlier config, or steps a kill cut off); the old run goes to the trash.
-            run.logger.replace_run()
-
-    # max_steps only sizes the data loader: the budget callback stops the run.
-    max_steps = int(job.budget // max(1, run.meter.learning(
-        BatchShapes.worst_case(job.alloc.rows, 1, 1), False).model)) + 1
-    lora = LoraConfig(r=job.alloc.lora_rank,
-                      lora_alpha=job.alloc.alpha,
-                      target_modules=list(job.alloc.lora_targets), lora_dropout=0.0,
-                      bias="none", task_type="CAUSAL_LM")
-    trainer_cls = metered_trainer_class()
-    trainer = trainer_cls(model=policy, reward_funcs=[reward],
-                          args=grpo_config(job, max_steps, device), train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=lora,
-                          callbacks=[budget_callback_class()(run)])
-    trainer._init_meter_state()
-    from transformers.trainer_callback import PrinterCallback
-
-    trainer.remove_callback(PrinterCallback)  # per-step dicts on stdout: metrics.jsonl has them
-    run.trainer = trainer
+    _attach_logger(run, job, run_dir, fresh=resume is None)
+    trainer, max_steps = _build_trainer(run, ready, job, device)
     status = "FAILED"
     try:
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
@@ -447,6 +388,100 @@ def _train(job: TrainJob, run_dir: Path, device: str) -> dict:
             # with other values: only the checkpointed ones (already flushed) stay.
             run.logger.finish(status, flush=status == "FINISHED")
     return _finish(run, job, run_dir)
+
+
+def _prepare(job: TrainJob, run_dir: Path, device: str) -> Prepared:
+    """Clear what a finished or killed earlier run left that this one rewrites, record where
+    it computes, and load the tokenizer, data, policy and reward."""
+    import torch
+
+    from race.data.tokenizer import load_tokenizer
+    from race.feedback.rewards import build_reward
+    from race.policy.ladder import load_policy
+
+    peak = device_peak(device, job.dtype)
+    (run_dir / DONE).unlink(missing_ok=True)
+    (run_dir / "train.json").unlink(missing_ok=True)
+    discard_partial_snapshots(run_dir)
+    # Where this process computes, its peak and CPU kernel path (the latest process's, after a
+    # resume): runs on different kernel paths are not expected to agree bit for bit.
+    write_json_atomic(run_dir / PERF, {"device": device, "threads": torch.get_num_threads(),
+                                       **kernel_path(), **asdict(peak)}, indent=1)
+    torch.manual_seed(job.seed)
+    tokenizer = load_tokenizer(job.base)
+    dataset, max_prompt = _dataset(job.train_data, tokenizer)
+    policy = load_policy(job.base, attn_implementation=job.attn_implementation,
+                         dtype=getattr(torch, job.dtype))
+    # The feedback model computes beside the policy unless its rewards: entry names a device.
+    reward = build_reward({"device": device, **job.reward.to_dict()}, tokenizer=tokenizer,
+                          results_dir=job.results_dir)
+    return Prepared(tokenizer, dataset, max_prompt, policy, reward, peak)
+
+
+def _resume_or_fresh(run: MeteredRun, ready: Prepared, job: TrainJob, run_dir: Path,
+                     device: str) -> tuple[MeteredRun, Path | None]:
+    """The run restored from this job's latest checkpoint, or a fresh one (and no
+    checkpoint) when there is none or it cannot write every rung again."""
+    resume = latest_checkpoint(run_dir, run.fingerprint)
+    if resume is not None:
+        run.restore(resume)
+        rebuilt = run.rebuild_rungs()  # the summaries Snakemake deleted before this rerun
+        lost = [b for b in run.rungs_done if not rung_complete(run_dir, b)]
+        passed = run.due_rungs(run.ledger.model_total)
+        if lost or passed or any(b not in job.rungs for b in run.rungs_done):
+            # A rung snapshot taken before this checkpoint lost its adapter, or the rungs
+            # changed (one removed, or one added below the checkpoint): only a fresh run can
+            # write them. Deterministic: every rung comes out the same.
+            run, resume = ready.new_run(job, device), None
+        else:
+            kept = len(run.ledger.steps)
+            print(f"race train: resuming from {resume.name} ({kept} steps kept; rung "
+                  f"summaries rebuilt: {[format_budget(b) for b in rebuilt]})", file=sys.stderr)
+    if resume is None:
+        # Fresh: nothing of an earlier or different run may leak in (TRL would rotate its
+        # checkpoints in with the new ones; metrics.jsonl is appended to; an old rung's
+        # adapter must not pass for this job's).
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+        for old_rung in run_dir.glob("budget~*"):
+            shutil.rmtree(old_rung)
+    return run, resume
+
+
+def _attach_logger(run: MeteredRun, job: TrainJob, run_dir: Path, fresh: bool) -> None:
+    """Live MLflow logging, when the job asks for it."""
+    if job.mlflow is None or not getattr(job.mlflow, "enabled", False):
+        return
+    from race.tracking.mlflow_runs import RunLogger
+
+    run.logger = RunLogger(job.mlflow, run_dir, job.run_key or str(run_dir), job.study,
+                           job.params(), tags=job.tags)
+    if fresh and not run.logger.created:
+        # A fresh trajectory: the points the cell's MLflow run holds are another run's
+        # (an earlier config, or steps a kill cut off); the old run goes to the trash.
+        run.logger.replace_run()
+
+
+def _build_trainer(run: MeteredRun, ready: Prepared, job: TrainJob, device: str):
+    """The metered TRL trainer of this run, its seams writing into ``run.recorder``; and
+    the ``max_steps`` it was given."""
+    from peft import LoraConfig
+    from transformers.trainer_callback import PrinterCallback
+
+    # max_steps only sizes the data loader: the budget callback stops the run.
+    max_steps = int(job.budget // max(1, run.meter.learning(
+        BatchShapes.worst_case(job.alloc.rows, 1, 1), False).model)) + 1
+    lora = LoraConfig(r=job.alloc.lora_rank,
+                      lora_alpha=job.alloc.alpha,
+                      target_modules=list(job.alloc.lora_targets), lora_dropout=0.0,
+                      bias="none", task_type="CAUSAL_LM")
+    trainer = metered_trainer_class()(
+        model=ready.policy, reward_funcs=[ready.reward],
+        args=grpo_config(job, max_steps, device), train_dataset=ready.dataset,
+        processing_class=ready.tokenizer, peft_config=lora,
+        callbacks=[budget_callback_class()(run)], recorder=run.recorder)
+    trainer.remove_callback(PrinterCallback)  # per-step dicts on stdout: metrics.jsonl has them
+    return trainer, max_steps
 
 
 def _finish(run: MeteredRun, job: TrainJob, run_dir: Path) -> dict:

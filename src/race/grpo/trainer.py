@@ -3,19 +3,51 @@ charges each step and stops at the budget, and the GRPOConfig a job asks for.
 
 The seams are TRL's own phase methods (``_generate``, ``_calculate_rewards``,
 ``_generate_and_score_completions``, ``training_step``): the subclass only times them and
-records the shapes TRL ran, so the meter (race.flops.meter) charges FLOPs from token counts
-and never changes what TRL computes. TRL is imported lazily (it is slow to import), so the
-classes are built by functions.
+records the shapes TRL ran into the :class:`PhaseRecorder` it is built with, so the meter
+(race.flops.meter) charges FLOPs from token counts and never changes what TRL computes. The
+run that owns the recorder takes each step's record at the step's end; it never reaches into
+the trainer. TRL is imported lazily (it is slow to import), so the classes are built by
+functions.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from race.flops.meter import BatchShapes
 from race.grpo.resume import drop_older_checkpoints
+
+
+@dataclass
+class StepRecord:
+    """What the seams saw during one optimizer step: wall seconds per phase and the shapes
+    of the batch it generated (None on a reuse step, which generates nothing)."""
+
+    rollout_s: float = 0.0
+    reward_s: float = 0.0
+    step_s: float = 0.0  # the whole training_step, generation included
+    shapes: BatchShapes | None = None
+
+
+class PhaseRecorder:
+    """The trainer's seams write into it; the metered run takes one :class:`StepRecord` per
+    step (:meth:`take`). ``last_shapes`` is the batch of the latest generation step: a reuse
+    step trains on it again."""
+
+    def __init__(self) -> None:
+        self.current = StepRecord()
+        self.last_shapes: BatchShapes | None = None
+
+    def generated(self, shapes: BatchShapes) -> None:
+        self.current.shapes = self.last_shapes = shapes
+
+    def take(self) -> StepRecord:
+        """This step's record; the next step starts a fresh one."""
+        record, self.current = self.current, StepRecord()
+        return record
 
 
 def metered_trainer_class():
@@ -28,11 +60,12 @@ def metered_trainer_class():
     from trl import GRPOTrainer
 
     class MeteredGRPOTrainer(GRPOTrainer):
-        """Records, per step, the shapes TRL ran and the wall time of each phase."""
+        """Records, per step, the shapes TRL ran and the wall time of each phase into
+        ``recorder``."""
 
-        def _init_meter_state(self):
-            self.race_step = {"rollout_s": 0.0, "reward_s": 0.0, "shapes": None}
-            self.race_last_shapes: BatchShapes | None = None
+        def __init__(self, *args, recorder: PhaseRecorder, **kwargs):
+            self.recorder = recorder
+            super().__init__(*args, **kwargs)
 
         def _clock(self) -> float:
             """Seconds, once the GPU's queued work is done: CUDA kernels run asynchronously,
@@ -46,26 +79,25 @@ def metered_trainer_class():
             try:
                 return super()._generate(*args, **kwargs)
             finally:
-                self.race_step["rollout_s"] += self._clock() - t0
+                self.recorder.current.rollout_s += self._clock() - t0
 
         def _calculate_rewards(self, *args, **kwargs):
             t0 = self._clock()
             try:
                 return super()._calculate_rewards(*args, **kwargs)
             finally:
-                self.race_step["reward_s"] += self._clock() - t0
+                self.recorder.current.reward_s += self._clock() - t0
 
         def _generate_and_score_completions(self, inputs):
             out = super()._generate_and_score_completions(inputs)
-            shapes = BatchShapes.from_masks(out["prompt_mask"], out["completion_mask"])
-            self.race_step["shapes"] = shapes
-            self.race_last_shapes = shapes
+            self.recorder.generated(BatchShapes.from_masks(out["prompt_mask"],
+                                                           out["completion_mask"]))
             return out
 
         def training_step(self, *args, **kwargs):
             t0 = self._clock()
             out = super().training_step(*args, **kwargs)
-            self.race_step["step_s"] = self._clock() - t0
+            self.recorder.current.step_s = self._clock() - t0
             return out
 
     return MeteredGRPOTrainer

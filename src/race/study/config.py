@@ -268,47 +268,29 @@ def max_prompt_tokens(task: dict) -> int | None:
             + 3)
 
 
-def _arch(spec: str):
-    """Architecture of a size spec for the budget check, or None when not resolvable offline."""
-    from race.flops import analytic as flops
-
-    if is_ladder(spec):
-        from race.data.tokenizer import VOCAB_SIZE
-
-        return flops.resolve_arch(spec, vocab=VOCAB_SIZE)
-    try:
-        return flops.resolve_arch(spec)
-    except (ValueError, FileNotFoundError, KeyError):
-        return None
-
-
 def first_step_bound(config: dict, size: str, alloc_name: str, reward_name: str,
                      max_prompt: int) -> int | None:
-    """The model FLOPs the trainer reserves before a cell's first step (its worst case: prompts
-    of ``max_prompt`` tokens, full completions, the reward model included), or None when the
-    policy's architecture is not known offline."""
+    """The model FLOPs the trainer reserves before a cell's first step
+    (:func:`race.flops.meter.generation_step_bound`: prompts of ``max_prompt`` tokens, full
+    completions, the reward model priced by :func:`race.study.plan.reward_reads`), or None
+    when the policy's architecture is not known offline."""
+    from race.data.tokenizer import VOCAB_SIZE
     from race.flops import analytic as flops
-    from race.flops.meter import BatchShapes, StepMeter
+    from race.flops.meter import StepMeter, generation_step_bound
+    from race.study.plan import reward_reads
 
-    arch = _arch(size)
-    if arch is None:
+    try:
+        arch = flops.resolve_arch(size, vocab=VOCAB_SIZE if is_ladder(size) else None)
+    except (ValueError, FileNotFoundError, KeyError):
         return None
     alloc = allocation(config, alloc_name)
-    worst = BatchShapes.worst_case(alloc.rows, max_prompt, alloc.max_completion_length)
     meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations,
                       grad_ckpt=config["training"]["gradient_checkpointing"])
-    reward_bound = 0
-    model = reward_model(config["rewards"][reward_name])
-    prm_arch = _arch(model) if model else None
-    if prm_arch is not None:
-        # A ladder PRM on a ladder policy reads the policy's characters plus the one separator
-        # it appends: the trainer's own bound (race.feedback.models). Other tokenizers are not
-        # read here: twice the completion stands in for the PRM's tokens.
-        same_tokens = is_ladder(model) and is_ladder(size)  # both read the char tokenizer
-        completion = (alloc.max_completion_length + 1 if same_tokens
-                      else 2 * alloc.max_completion_length)
-        reward_bound = alloc.rows * flops.reward_model_flops(prm_arch, max_prompt + completion)
-    return meter.step_bound(True, worst, None, reward_bound)
+    reward = config["rewards"][reward_name]
+    reads = reward_reads(size, reward_model(reward),
+                         "sequence" if reward["type"] == "orm" else "token")
+    return generation_step_bound(meter, alloc.rows, max_prompt, alloc.max_completion_length,
+                                 reads)
 
 
 def smallest_step_check(config: dict) -> None:

@@ -18,10 +18,12 @@ in race.grpo.run):
 * The budget stop: step k+1 runs only if ``total_k + bound_{k+1} <= budget``, the bound of a
   generation step being the worst case and that of a reuse step its exact cost. When every
   step costs its bound, that is ``steps = floor(budget / step)`` (``num_iterations == 1``).
-* Reward: a rule verifier costs 0; a PRM (``reward_arch``, token-classification head) scores
-  each row's prompt + completion + the one separator it may append, an ORM (``reward_head=
-  "sequence"``) its prompt + completion -- the bound of race.feedback.models for a feedback
-  model sharing the policy's tokenizer (no re-tokenisation, no chat template).
+* Reward: a rule verifier costs 0; a feedback model is priced by what it reads of each row
+  (race.flops.meter.RewardReads): offline, before it is loaded, :func:`reward_reads` prices a
+  PRM at the row's prompt + completion + the one separator it appends (an ORM without it),
+  every policy token one of its tokens when both are ladder models (one character tokenizer)
+  and two otherwise (an upper estimate for a tokenizer the check cannot read offline). The
+  trainer measures the loaded model's own expansion and chat template.
 * LM head: at the completion positions of the learning forward, on every device (executed
   FLOPs, which this module does not plan, follow the device: race.flops.meter).
 * Time: model FLOPs / an assumed sustained FLOP/s -- an assumption stated by the caller, not a
@@ -33,8 +35,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from race.core.cells import is_ladder
 from race.flops import analytic as F
-from race.flops.meter import BatchShapes, StepMeter
+from race.flops.meter import BatchShapes, RewardReads, StepMeter, generation_step
 
 
 @dataclass(frozen=True)
@@ -56,22 +59,30 @@ class StepCost:
         return self.generation_step + (self.num_iterations - 1) * self.reuse_learning
 
 
+def reward_reads(policy: str, model: str | None, head: str = "token") -> RewardReads | None:
+    """What a reward model named in a config reads of a row, before it is loaded (module
+    docstring), or None for no model or one whose architecture is not known offline."""
+    if model is None:
+        return None
+    try:
+        arch = F.resolve_arch(model)
+    except (ValueError, FileNotFoundError, KeyError):
+        return None
+    shared = is_ladder(model) and is_ladder(policy)  # both read the character tokenizer
+    return RewardReads(arch, head, expansion=1 if shared else 2,
+                       appended=1 if head == "token" else 0)
+
+
 def step_cost(arch: F.Arch, *, rows: int, prompt_len: int, completion_len: int,
               lora: F.LoraSpec | None, beta: float = 0.0, num_iterations: int = 1,
-              reward_arch: F.Arch | None = None, reward_head: str = "token",
-              grad_ckpt: bool = False) -> StepCost:
+              reward: RewardReads | None = None, grad_ckpt: bool = False) -> StepCost:
     """Per-phase model FLOPs of a step with every row at ``prompt_len + completion_len``,
-    through the trainer's meter (:class:`StepMeter`, :meth:`BatchShapes.worst_case`)."""
+    as the trainer's meter charges it (race.flops.meter.generation_step)."""
     meter = StepMeter(arch, lora, beta=beta, num_iterations=num_iterations, grad_ckpt=grad_ckpt)
+    step = generation_step(meter, rows, prompt_len, completion_len, reward)
     shapes = BatchShapes.worst_case(rows, prompt_len, completion_len)
-    reward = 0
-    if reward_arch is not None:
-        separator = 1 if reward_head == "token" else 0
-        reward = rows * F.reward_model_flops(reward_arch, prompt_len + completion_len + separator,
-                                             head=reward_head)
-    reuse = meter.learning(shapes, False).model if num_iterations > 1 else 0
-    return StepCost(meter.rollout(shapes).model, reward, meter.learning(shapes, True).model,
-                    reuse, num_iterations)
+    reuse = meter.learning(shapes, generation_step=False).model if num_iterations > 1 else 0
+    return StepCost(step.rollout, step.reward, step.learning, reuse, num_iterations)
 
 
 def steps_within(cost: StepCost, budget: float, bound: StepCost | None = None) -> dict:

@@ -1,7 +1,7 @@
 """Are gates A and B robust to the task draw? The rule-reward study on other task seeds.
 
-    python bench/task_seeds.py [--seeds 1 2] [--config config.yaml] [--out bench_out/task_seeds]
-                               [--rewards rule] [--cores 2] [--set section.key=value ...]
+    python bench/study/task_seeds.py [--seeds 1 2] [--config config.yaml]
+        [--out bench_out/task_seeds] [--rewards rule] [--cores 2] [--set section.key=value ...]
 
 For each task seed, writes ``<out>/seed~S/config.yaml``: the config with ``task.seed = S`` (new
 train / eval prompts, so new SFT data, new base policies, new PRMs), only the ``--rewards``
@@ -10,10 +10,10 @@ pilot and validation as configured (its second seed gives gate B's validation sp
 off. Then runs the workflow on it (``snakemake --directory <out>/seed~S``: its own results/,
 reports/, logs; the repository's are untouched) and prints, from that folder,
 
-- gate A: ``bench/base_headroom.py --from-results`` (pass@16, sampled pass@1, format-valid,
-  maj@16 vs the strong PRM's best-of-16, every PRM's step AUC per error family);
-- gates B and C: ``bench/study_gates.py`` (gains, Spearman, C_mid, held-out error, validation
-  spread, decided regime cells).
+- gate A: ``bench/calibration/base_headroom.py --from-results`` (pass@16, sampled pass@1,
+  format-valid, maj@16 vs the strong PRM's best-of-16, every PRM's step AUC per error family);
+- gates B and C: ``bench/study/study_gates.py`` (gains, Spearman, C_mid, held-out error,
+  validation spread, decided regime cells).
 
 Seed 0 is the default study itself: compare with the same two benches on ``results/`` and
 ``reports/`` after ``make run``. A second invocation reuses finished jobs (Snakemake), so an
@@ -23,18 +23,15 @@ jobs running beside it).
 """
 
 import argparse
-import os
-import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.common
+
 import yaml
-from base_headroom import apply_overrides
 
+from bench.common import BENCH, ROOT, add_set_option, apply_overrides, run, run_workflow
 from race.study.config import load_config
-
-ROOT = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
 
 
 def seed_config(config: dict, seed: int, rewards: list[str], overrides: list[str]) -> dict:
@@ -49,19 +46,6 @@ def seed_config(config: dict, seed: int, rewards: list[str], overrides: list[str
     return config
 
 
-def run(cmd: list[str], cwd: Path) -> None:
-    print(f"$ (cd {cwd} && {' '.join(cmd)})", flush=True)
-    subprocess.run(cmd, cwd=cwd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-
-
-def run_workflow(folder: Path, cores: int, *targets: str) -> None:
-    """The repository's workflow on ``folder/config.yaml``, in ``folder`` (its own results/,
-    reports/ and logs)."""
-    run([sys.executable, "-m", "snakemake", *targets, "--snakefile", str(ROOT / "Snakefile"),
-         "--directory", str(folder), "--cores", str(cores), "--quiet", "rules",
-         "--configfile", "config.yaml"], folder)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(ROOT / "config.yaml"))
@@ -69,7 +53,7 @@ def main() -> None:
     parser.add_argument("--rewards", nargs="+", default=["rule"])
     parser.add_argument("--out", default="bench_out/task_seeds", type=Path)
     parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--set", dest="overrides", nargs="*", default=[])
+    add_set_option(parser)
     args = parser.parse_args()
     base = load_config(args.config)
     for seed in args.seeds:
@@ -79,9 +63,9 @@ def main() -> None:
         (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         print(f"=== task seed {seed}: {folder}", flush=True)
         run_workflow(folder, args.cores)
-        run([sys.executable, str(BENCH / "base_headroom.py"), "--config", "config.yaml",
-             "--from-results"], folder)
-        run([sys.executable, str(BENCH / "study_gates.py"), "reports", "--results",
+        run([sys.executable, str(BENCH / "calibration" / "base_headroom.py"), "--config",
+             "config.yaml", "--from-results"], folder)
+        run([sys.executable, str(BENCH / "study" / "study_gates.py"), "reports", "--results",
              config["results_dir"], "--alloc", config["race"].get("baseline", "g8")], folder)
 
 

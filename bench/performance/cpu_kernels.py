@@ -1,6 +1,6 @@
 """The pinned CPU kernel path (``race.cpu_kernels``): same bits across kernel paths? what speed?
 
-    python bench/cpu_kernels.py [STEPS] [ROUNDS]    # default 20 steps x 4 rounds
+    python bench/performance/cpu_kernels.py [STEPS] [ROUNDS]  # default 20 steps x 4 rounds
 
 Each kernel path runs in its own process (the paths are chosen by environment variables read
 at the first kernel call): *pinned* is what importing ``race`` sets (ATen AVX2, MKL's AVX2

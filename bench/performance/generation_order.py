@@ -1,6 +1,7 @@
 """Length-sorted batching vs the caller's order for sampled evaluation, side by side.
 
-    python bench/generation_order.py [--policy results/base/size~mini] [--adapter DIR]
+    python bench/performance/generation_order.py [--policy results/base/size~mini]
+        [--adapter DIR]
 
 Generates sampled_pass1's workload (the first ``--prompts`` eval-in prompts x ``--samples`` at
 temperature 1, batches of ``--batch-size``, one thread) with ``generate(length_sorted=True)``

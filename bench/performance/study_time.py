@@ -1,7 +1,7 @@
 """Where a finished study's seconds went: the jobs' own wall seconds per kind of job, from the
 files Snakemake's ``benchmark:`` directive wrote, and the wall-time floor they set on N cores.
 
-    python bench/study_time.py [BENCHMARKS_DIR] [--cores N] [--wall SECONDS]
+    python bench/performance/study_time.py [BENCHMARKS_DIR] [--cores N] [--wall SECONDS]
 
 A job's seconds (the ``s`` column) are its process's wall time, import and start-up included.
 Each model job runs on one thread (config ``resources:``), so on N cores the study cannot end

@@ -1,6 +1,6 @@
 """The GPU path in one short run: where ``race train`` computes, FLOP fidelity on CUDA, speed.
 
-    python bench/gpu_check.py [--steps 6] [--rounds 2] [--cpu]
+    python bench/performance/gpu_check.py [--steps 6] [--rounds 2] [--cpu]
 
 Sized to finish within about 5 minutes on one GPU. Without a visible GPU it prints "no GPU"
 and what it did not measure, and exits 0. ``--cpu`` runs every part on the CPU at a tiny scale
@@ -19,9 +19,11 @@ Prints, in order (nothing is asserted):
 3. FLOP fidelity on the Qwen2.5-0.5B architecture (random init, ``race.known_configs``):
    torch's ``FlopCounterMode`` (through ``race.flops.counter.count_flops``) over the analytic
    executed count, for a forward, full and LoRA training steps, a KV-cached generate and a
-   reward-model forward, with eager and SDPA attention (``bench/flops_calibration.py``'s phases);
-4. ``race train`` against TRL's own GRPOTrainer on the same job (``bench/overhead.py``'s paired
-   rounds): the median step time of each and their ratio (the goal: at most 1.05);
+   reward-model forward, with eager and SDPA attention
+   (``bench/calibration/flops_calibration.py``'s phases, ``bench.common.phases``);
+4. ``race train`` against TRL's own GRPOTrainer on the same job
+   (``bench/performance/overhead.py``'s paired rounds, ``bench.common.paired``): the median
+   step time of each and their ratio (the goal: at most 1.05);
 5. rollout: the time of one greedy ``generate`` batch (64 rows of 64 prompt tokens, 256 new
    tokens) with transformers' default dynamic KV cache and with a static cache, and whether
    both produce the same tokens.
@@ -29,19 +31,23 @@ Prints, in order (nothing is asserted):
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-from flops_calibration import CONFIGS, _phases
-from overhead import ALLOC, paired, race_run, tiny_study
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.common
 
+import torch
+
+from bench.common import ALLOC, flop_configs, paired, phases, race_run, tiny_study
 from race.core.jobs import TrainJob
 from race.flops import known_configs
 
 REFERENCE = "Qwen2.5-0.5B"
+warnings.filterwarnings("ignore")  # library warnings stay out of the report
 
 
 def device_line(device: str) -> str:
@@ -143,10 +149,10 @@ def models_inside_race_evaluate(root: Path, base: Path, prm: Path, device: str,
 
 
 def fidelity(device: str) -> None:
-    values = known_configs.config_dict(REFERENCE) if device != "cpu" else CONFIGS["micro"]
+    values = known_configs.config_dict(REFERENCE) if device != "cpu" else flop_configs()["micro"]
     name = REFERENCE if device != "cpu" else "ladder micro"
     for impl in ("eager", "sdpa"):
-        for phase, measure, executed, _model in _phases(values, impl, device):
+        for phase, measure, executed, _model in phases(values, impl, device):
             torch.manual_seed(0)
             ratio = measure() / executed
             print(f"  {name} {impl:<5} {phase:<20} measured / analytic executed {ratio:.6f}",

@@ -5,7 +5,7 @@ starts it (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``) and with MLflow's defau
 server answers, sums the resident memory (RSS, and PSS where the kernel reports it) of the
 server's whole process tree, then stops it. Prints one line per setting and their ratio.
 
-    python bench/ui_memory.py [--db results/mlflow/mlflow.db] [--port 5077]
+    python bench/performance/ui_memory.py [--db results/mlflow/mlflow.db] [--port 5077]
 """
 
 from __future__ import annotations

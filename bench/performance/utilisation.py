@@ -1,7 +1,7 @@
 """Seconds beside FLOPs in a finished study: per size and phase, wall seconds, achieved FLOP/s
 and utilisation (MFU) of the training runs at their top rung.
 
-    python bench/utilisation.py [reports/runs.csv]
+    python bench/performance/utilisation.py [reports/runs.csv]
 
 Reads the runs table's perf columns (:data:`race.analysis.columns.PERF_COLUMNS`) for the full
 grid at its largest budget and prints, per size and budget phase, the median over its cells of

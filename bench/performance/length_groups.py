@@ -1,6 +1,7 @@
 """Length-grouped micro-batches vs the batch padded whole, for base-policy pretraining.
 
-    python bench/length_groups.py [--sizes nano mini] [--tokens 200000] [--rounds 3]
+    python bench/performance/length_groups.py [--sizes nano mini] [--tokens 200000]
+        [--rounds 3]
 
 Pretrains each size for ``--tokens`` real tokens (the default study's spec otherwise; a short
 budget, so the wall time is the SFT loop's, not the final evaluation's) with

@@ -1,8 +1,9 @@
 """Do two runs tables of one study agree apart from their wall-clock columns?
 
-    python bench/same_runs.py results/runs.csv OTHER/results/runs.csv
-    git show HEAD:reports/runs.csv > old.csv; python bench/same_runs.py old.csv reports/runs.csv
-    python bench/same_runs.py A/runs.csv B/runs.csv --reward rule --stage full
+    python bench/study/same_runs.py results/runs.csv OTHER/results/runs.csv
+    git show HEAD:reports/runs.csv > old.csv
+    python bench/study/same_runs.py old.csv reports/runs.csv
+    python bench/study/same_runs.py A/runs.csv B/runs.csv --reward rule --stage full
 
 Rows are matched by (stage, cell, budget). The columns left out are
 :data:`race.analysis.columns.TIMING_COLUMNS` (wall seconds, per-phase seconds, FLOP/s, MFU and

@@ -1,6 +1,6 @@
 """Issue-21 gates B and C from a finished study's tables (reports/ after `make run`).
 
-    python bench/study_gates.py [reports] [--alloc g8] [--results results]
+    python bench/study/study_gates.py [reports] [--alloc g8] [--results results]
 
 For the rule reward and sampled pass@1: base -> top-rung accuracy [95% interval] and Spearman
 rho over rungs per size (default allocation); each fit's C_mid and held-out top-rung error; the
@@ -105,7 +105,7 @@ def main() -> None:
               f"(z: {', '.join(f'{z:.1f}' for z in paired)})")
     at_top = full[full.budget == top]
     if not {"rule", "rule+prm"} <= set(at_top.reward):
-        return  # a study without both rewards (bench/task_seeds.py: rule only)
+        return  # a study without both rewards (bench/study/task_seeds.py: rule only)
     print("== rule+prm vs rule at the top rung")
     for size in SIZES:
         table = at_top[at_top["size"] == size].pivot_table(

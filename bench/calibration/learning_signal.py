@@ -1,9 +1,9 @@
 """The RL recipe sweep (gate B's dials): does rule-reward GRPO raise sampled pass@1 above the
 base policy's, by how much per budget rung, and at which learning rate?
 
-    python bench/learning_signal.py [--sizes nano micro mini] [--lrs 3e-4 1e-3 2e-3]
-                                    [--alloc base] [--config config.yaml]
-                                    [--set training.warmup_steps=5 training.scale_rewards=batch]
+    python bench/calibration/learning_signal.py [--sizes nano micro mini]
+        [--lrs 3e-4 1e-3 2e-3] [--alloc base] [--config config.yaml]
+        [--set training.warmup_steps=5 training.scale_rewards=batch]
 
 Needs the study's data and base policies (``snakemake results/base/size~mini/pre.json`` and
 the other sizes). Each (size, lr) is one ``race train`` run with the rule reward and the named
@@ -19,12 +19,16 @@ the gain is at least 15 points.
 
 import argparse
 import json
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.common
+
 import torch
 
+from bench.common import add_set_option, study_config
 from race.core.cells import results, rung_dir
 from race.core.jobs import TrainJob
 from race.core.specs import EvalSpec, allocation
@@ -32,7 +36,6 @@ from race.data.task import load_jsonl
 from race.evaluation.snapshot import load_snapshot
 from race.evaluation.targets import Evaluator
 from race.grpo.run import run_training
-from race.study.config import check_config, load_config
 
 
 def scores(policy: str, adapter: Path | None, records, spec: EvalSpec) -> dict:
@@ -58,18 +61,10 @@ def main() -> None:
     parser.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3, 2e-3])
     parser.add_argument("--alloc", default=None, help="default: race.baseline, else the first")
     parser.add_argument("--config", default="config.yaml")
-    parser.add_argument("--set", dest="overrides", nargs="*", default=[],
-                        help="training.KEY=VALUE overrides, e.g. training.warmup_steps=5")
+    add_set_option(parser, help="training.KEY=VALUE overrides, e.g. training.warmup_steps=5")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    import yaml
-
-    config = load_config(args.config)
-    for item in args.overrides:
-        dotted, _, raw = item.partition("=")
-        section, _, key = dotted.partition(".")
-        config[section][key] = yaml.safe_load(raw)
-    check_config(config)
+    config = study_config(args.config, args.overrides)
     res = results(config)
     alloc_name = args.alloc or config["race"].get("baseline") or next(iter(config["allocations"]))
     records = load_jsonl(res / "data" / "eval_in.jsonl")

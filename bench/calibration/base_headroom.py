@@ -1,7 +1,7 @@
 """Gate A (before RL): do the base policies leave headroom that RL can reach?
 
-    python bench/base_headroom.py [--config config.yaml] [--sizes nano micro mini]
-                                  [--prompts 200] [--k 16] [--set teacher.truncate=0.7 ...]
+    python bench/calibration/base_headroom.py [--config config.yaml] [--sizes nano micro mini]
+        [--prompts 200] [--k 16] [--set teacher.truncate=0.7 ...]
 
 Builds the study's task data and tokenizer in a temporary directory, pretrains each ladder size
 exactly as ``race pretrain`` does (the config's ``pretrain:`` and ``teacher:`` sections,
@@ -24,15 +24,17 @@ at the default token budget.
 """
 
 import argparse
-import copy
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.common
 
+import torch
+
+from bench.common import add_set_option, study_config
 from race.core.cells import results
 from race.core.specs import EvalSpec, PretrainSpec, TeacherSpec
 from race.data.sources import write_task_data
@@ -42,19 +44,6 @@ from race.evaluation.snapshot import load_snapshot
 from race.evaluation.targets import Evaluator
 from race.feedback.loading import load_prm
 from race.policy.pretrain import pretrain
-from race.study.config import load_config
-
-
-def apply_overrides(config: dict, overrides: list[str]) -> dict:
-    """``section.key=value`` pairs (value parsed as YAML) over a copy of ``config``."""
-    config = copy.deepcopy(config)
-    for item in overrides:
-        dotted, _, raw = item.partition("=")
-        section, _, key = dotted.partition(".")
-        if not key:
-            raise SystemExit(f"--set {item!r}: expected section.key=value")
-        config.setdefault(section, {})[key] = yaml.safe_load(raw)
-    return config
 
 
 def headroom(policy: str, records, k: int, temperature: float, eval_section: dict,
@@ -98,14 +87,14 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=None)
     parser.add_argument("--prompts", type=int, default=200)
     parser.add_argument("--k", type=int, default=16)
-    parser.add_argument("--set", dest="overrides", nargs="*", default=[])
+    add_set_option(parser)
     parser.add_argument("--from-results", action="store_true",
                         help="measure the study's own base policies and PRMs (results_dir of "
                              "the config) instead of pretraining in a temporary directory; "
                              "adds the PRMs' AUCs and the strong PRM's best-of-k")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    config = apply_overrides(load_config(args.config), args.overrides)
+    config = study_config(args.config, args.overrides)
     sizes = args.sizes or [s for s in config["sizes"]]
     teacher = TeacherSpec.from_config(config.get("teacher"))
     spec = PretrainSpec.from_config(config["pretrain"])

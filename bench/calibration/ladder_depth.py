@@ -1,8 +1,8 @@
 """Why the ladder has a depth floor: pretrain one ladder width at several depths with the same
 token budget and print greedy eval-in accuracy per depth.
 
-    python bench/ladder_depth.py [--size nano] [--depths 2 3 4] [--config config.yaml]
-                                 [--data results/data] [--tokenizer results/tokenizer]
+    python bench/calibration/ladder_depth.py [--size nano] [--depths 2 3 4] [--config config.yaml]
+        [--data results/data] [--tokenizer results/tokenizer]
 
 Uses the study's data and tokenizer (``snakemake results/data/train.jsonl
 results/tokenizer/tokenizer.json`` builds them) and its ``pretrain:`` settings. Each depth is one

@@ -1,7 +1,7 @@
 """Dry-run wall time of a 10,000-cell grid beside three peers (target: RACE / peer <= 1.2).
 
-    python bench/dag_scale.py [SEEDS]    # SEEDS=1,2,4 give the 1,000/2,000/4,000-cell scaling
-    python bench/dag_scale.py 3 --ablations   # where RACE's extra time per job goes
+    python bench/performance/dag_scale.py [SEEDS]  # SEEDS=1,2,4: 1,000/2,000/4,000-cell scaling
+    python bench/performance/dag_scale.py 3 --ablations  # where RACE's extra time per job goes
 
 Grid: 10 sizes x 10 rewards x 10 allocations x SEEDS seeds (default 10: 10,000 cells) over 3
 rungs, built from the default config in a temporary copy of the workflow (sizes are hub-style
@@ -41,9 +41,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.common
+
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import ROOT
+
 RUNGS = [1e12, 2e12, 4e12]
 #: The peer: Snakemake's floor for this DAG shape (one train job and one evaluation job per
 #: cell, each writing a file per rung, and one target rule).

@@ -1,7 +1,7 @@
 """Where must the budget rungs sit for the compute-performance fit to predict its top rung?
 
-    python bench/rung_placement.py [--extra 2.1e11] [--results results] [--config config.yaml]
-                                   [--out bench_out/rung_placement] [--cores 2]
+    python bench/study/rung_placement.py [--extra 2.1e11] [--results results]
+        [--config config.yaml] [--out bench_out/rung_placement] [--cores 2]
 
 Gate B wants the sigmoid fit (:mod:`race.analysis.fit`), refitted without the top rung, to
 predict the top rung within 5 points for two thirds of the rule configs. This reruns the
@@ -19,17 +19,18 @@ how many are within 5. Prints, never asserts; about 7 minutes on 2 cores with on
 import argparse
 import itertools
 import shutil
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.common
 
 import pandas as pd
 import yaml
-from base_headroom import apply_overrides
-from task_seeds import run_workflow
 
+from bench.common import ROOT, apply_overrides, results_folder, run_workflow
 from race.analysis.fit import fit_table
 from race.study.config import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
 TARGET = "sampled_pass1"
 #: What the rule cells read from a finished study: copied, so nothing is trained again.
 INPUTS = ("data", "tokenizer", "base", "prm")
@@ -57,7 +58,7 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     args = parser.parse_args()
     config = load_config(args.config)
-    source = args.results or Path(config["results_dir"])
+    source = results_folder(config, args.results)
     folder = args.out.resolve()
     for name in INPUTS:
         if not (folder / "results" / name).exists():

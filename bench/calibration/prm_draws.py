@@ -1,10 +1,10 @@
 """How far a PRM's step AUC moves with its training seed, length, LR, batching and backbone
 (gate A).
 
-    python bench/prm_draws.py [--size mini] [--seeds 0 1] [--groups 4 1]
-                              [--steps 4500] [--lr 1e-3] [--results results]
-                              [--set prm.init=random ...] [--backbone DIR]
-    python bench/prm_draws.py --results results --score-with OTHER/prm/size~mini ...
+    python bench/calibration/prm_draws.py [--size mini] [--seeds 0 1] [--groups 4 1]
+        [--steps 4500] [--lr 1e-3] [--results results] [--set prm.init=random ...]
+        [--backbone DIR]
+    python bench/calibration/prm_draws.py --results results --score-with OTHER/prm/size~mini ...
 
 Trains the PRM of ladder size ``--size`` exactly as ``race prm`` does (the config's ``prm:``
 section; ``--steps`` and ``--lr`` override its steps and learning rate, ``--set`` any key, e.g.
@@ -20,20 +20,23 @@ on 5000 prompts on one core (sampling them takes about 2 of those).
 
 Which of data and backbone sets the AUC: ``--backbone DIR`` starts the PRM from another
 checkpoint of the same architecture (e.g. another task seed's base policy, from
-``bench/task_seeds.py``) while the training data stay this study's; ``--score-with PRM ...``
+``bench/study/task_seeds.py``) while the training data stay this study's; ``--score-with PRM ...``
 trains nothing and scores this study's held-out PRM samples (``prm/size~<size>/samples.jsonl``)
 with already trained PRMs (e.g. another task seed's): a PRM that checks arithmetic on its own
 draw and on this one says the held-out data are sound and the training did not learn it.
 """
 
 import argparse
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-from base_headroom import apply_overrides
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench.common
 
+import torch
+
+from bench.common import add_set_option, results_folder, study_config
 from race.core.specs import PRMSpec
 from race.data.tokenizer import load_tokenizer
 from race.feedback.prm_data import Example
@@ -44,7 +47,6 @@ from race.feedback.prm_training import (
     train_prm,
 )
 from race.policy.optim import LENGTH_GROUPS
-from race.study.config import check_config, load_config
 
 
 def score_with(prm_dir: Path, examples: list[Example]) -> dict:
@@ -75,7 +77,7 @@ def main() -> None:
     parser.add_argument("--groups", nargs="+", type=int, default=[LENGTH_GROUPS])
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--lr", type=float, default=None)
-    parser.add_argument("--set", dest="overrides", nargs="*", default=[])
+    add_set_option(parser)
     parser.add_argument("--backbone", type=Path, default=None,
                         help="start the PRM from this checkpoint's backbone (same architecture)")
     parser.add_argument("--score-with", nargs="+", type=Path, default=[],
@@ -83,8 +85,8 @@ def main() -> None:
                              "trained PRM folders")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    config = check_config(apply_overrides(load_config(args.config), args.overrides))
-    results = args.results or Path(config["results_dir"])
+    config = study_config(args.config, args.overrides)
+    results = results_folder(config, args.results)
     spec = PRMSpec.from_config(config["prm"])
     spec = replace(spec, steps=args.steps or spec.steps,
                    learning_rate=args.lr or spec.learning_rate)
