@@ -99,10 +99,10 @@ def _prm_bon_without_a_prm(config: dict) -> None:
 
 
 @pytest.mark.parametrize("edit, message", [
-    (_task(min_steps=4, max_steps=2), "task.min_steps must be >= 1 and <= task.max_steps"),
+    (_task(min_steps=4, max_steps=2), "task.min_steps must be <= task.max_steps"),
     (_task(ood_min_steps=6, ood_max_steps=4), "task.ood_max_steps must be >= task.ood_min"),
     (_task(max_steps=4, ood_min_steps=4), "task.ood_min_steps must exceed task.max_steps"),
-    (_task(max_operand=20, max_value=10), "task.max_operand must be >= 1 and <= task.max_va"),
+    (_task(max_operand=20, max_value=10), "task.max_operand must be <= task.max_value"),
     (_task(kind="hf"), "task.hf_id: required when task.kind is hf"),
     (_task(kind="hf", hf_id="openai/gsm8k"), "task.hf_ood_id: required when "
                                             "eval.targets includes ood_pass1"),
@@ -124,9 +124,31 @@ def _prm_bon_without_a_prm(config: dict) -> None:
                                                "prm.sizes ['nano'], an existing folder"),
     (_reward({"type": "prm", "prm": "nano", "dtype": "float8"}), "'float8' is not one of"),
     (_reward({"type": "prm", "prm": "nano", "device": "gpu"}), "'gpu' does not match"),
-    (lambda c: c["training"].update(lora_targets=[]), "training.lora_targets: LoRA needs"),
+    (lambda c: c["training"].update(lora_targets=[]), "training.lora_targets: [] should be non-empty"),
     (lambda c: c["training"].update(lora_targets=["q_proj", "q_proj"]),
-     "training.lora_targets[1]: duplicate entry 'q_proj'"),
+     "training.lora_targets: ['q_proj', 'q_proj'] has non-unique elements"),
+    (lambda c: c["training"].update(lora_targets=["qproj"]), "training.lora_targets[0]: 'qproj' is "
+                                                             "not one of ['q_proj'"),
+    (lambda c: c["allocations"]["base"].update(num_generations=1),
+     "allocations.base.num_generations: 1 is less than the minimum of 2"),
+    (lambda c: c["eval"].update(targets=["pass1"]), "eval.targets[0]: 'pass1' is not one of"),
+    (lambda c: c["eval"].update(targets=["maj_k", "maj_k"]), "eval.targets: ['maj_k', 'maj_k'] "
+                                                             "has non-unique elements"),
+    (lambda c: c["race"].update(targets=["pass1"]), "race.targets[0]: 'pass1' is not one of"),
+    (lambda c: c["race"].update(targets=["maj_k"]) or c["eval"].update(search_at="base_and_top"),
+     "race.targets[0]: maj_k runs only at the top rung"),
+    (lambda c: c["race"].update(baseline="nope"), "race.baseline: 'nope' is not an allocation"),
+    (lambda c: c["race"].update(pilot_rungs=[5.0e+9]), "race.pilot_rungs[0]: 5e+09 is not one of"),
+    (lambda c: c.update(budgets=[8.0e+9, 4.0e+9]), "budgets[1]: rungs must be strictly increasing"),
+    (lambda c: c.update(seeds=[0, 0]), "seeds[1]: duplicate entry 0"),
+    (lambda c: c["teacher"].update(truncate=1.5), "teacher.truncate: 1.5 is greater than the "
+                                                  "maximum of 1"),
+    (lambda c: c["teacher"].update(operand_slip=0.5, sign_slip=0.3, arithmetic_slip=0.3),
+     "teacher: operand_slip + sign_slip + arithmetic_slip must be <= 1"),
+    (lambda c: c["prm"].update(init="warm"), "prm.init: 'warm' is not one of"),
+    (lambda c: c["eval"].update(prm="micro"), "eval.prm: 'micro' is not one of prm.sizes"),
+    (lambda c: c["sizes"].append("giant"), "sizes[2]: unknown size 'giant'"),
+    (lambda c: c["allocations"].update({"a b": {}}), "allocations.a b: names may use"),
     (lambda c: c["eval"].update(targets=["maj_k", "prm_bon"], search_at="base_and_top")
      or c["race"].pop("targets", None), "race.targets: the pilot has no target to rank"),
     (_prm_bon_without_a_prm, "race.targets[0]: prm_bon needs a PRM"),

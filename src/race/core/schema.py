@@ -1,8 +1,11 @@
-"""The config schema (``config.schema.yaml``, package data) and the defaults it states.
+"""The config schema (``config.schema.yaml``, package data): types, ranges, enums, defaults.
 
-The schema is the one place where a config key's type, description and default live: Snakemake
-validates ``config.yaml`` against it (filling defaults), and the typed sections of
-:mod:`race.study.specs` read their field defaults from it, so a default is never written twice.
+The schema is the one place where a config key's type, range, allowed values, description and
+default live. Snakemake validates ``config.yaml`` against it (filling defaults); the typed
+sections of :mod:`race.core.specs` read their field defaults from it (:func:`default`) and
+check every value they are built with against it (:func:`check`), so a job read back from JSON
+or a section changed by a command-line override obeys the same rule as the config file. The
+typed layer adds only the rules between keys.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
+
+from race.core.errors import ConfigError
 
 SCHEMA = Path(__file__).with_name("config.schema.yaml")
 
@@ -38,3 +44,20 @@ def default(section: str, key: str | None = None) -> Any:
         raise KeyError(f"{section}{'.' + key if key else ''} has no default in {SCHEMA.name}")
     value = prop["default"]
     return tuple(value) if isinstance(value, list) else value
+
+
+@cache
+def _validator(section: str, key: str):
+    """A validator of one key's schema node (JSON arrays may arrive as tuples: frozen specs)."""
+    base = jsonschema.validators.validator_for(schema())
+    arrays = base.TYPE_CHECKER.redefine(
+        "array", lambda _checker, value: isinstance(value, list | tuple))
+    return jsonschema.validators.extend(base, type_checker=arrays)(properties(section)[key])
+
+
+def check(section: str, key: str, value: Any) -> None:
+    """``value`` against the schema's node of ``section.key`` (its type, range, enum); a
+    :class:`ConfigError` naming the key otherwise."""
+    error = jsonschema.exceptions.best_match(_validator(section, key).iter_errors(value))
+    if error is not None:
+        raise ConfigError(f"{section}.{key}: {error.message}")

@@ -1,13 +1,18 @@
-"""Typed sections of the study config, with their defaults read from the schema.
+"""Typed sections of the study config: defaults, types, ranges and enums from the schema.
 
-Each dataclass here is one config section as a stage reads it: :class:`Allocation`
-(``allocations.<name>`` over ``training``), :class:`EvalSpec` (``eval``), :class:`PretrainSpec`
-(``pretrain``), :class:`PRMSpec` (``prm``) and :class:`MlflowSpec` (``mlflow``). Field defaults
-come from ``config.schema.yaml`` (:func:`race.study.schema.default`), so a default is stated
-once; a section with a key the dataclass does not know is an error that names the key.
+Each dataclass here is one config section as a stage reads it: :class:`TaskSpec` (the
+arithmetic task's shape under ``task``), :class:`TeacherSpec`, :class:`Allocation`
+(``allocations.<name>`` over ``training``), :class:`EvalSpec`, :class:`PretrainSpec`,
+:class:`PRMSpec`, :class:`RewardSpec` (one ``rewards:`` entry) and :class:`MlflowSpec`;
+:class:`race.core.study.Study` holds them all. Field defaults come from ``config.schema.yaml``
+(:func:`race.core.schema.default`), and every value a section is built with is checked
+against the schema's type, range and enum (:func:`_check_against_schema`), so each of those
+rules is written once, in the schema. The ``__post_init__`` methods hold only the rules
+between keys. A section with a key the dataclass does not know is an error naming the key.
 
-The lists every stage shares live here once: :data:`TARGETS` (evaluation targets, in report
-order) and, in :mod:`race.flops.ledger`, the FLOP phases.
+The lists every stage shares live here once, read off the schema's enums: :data:`TARGETS`
+(evaluation targets, in report order), :data:`ALL_PROJECTIONS`, :data:`PRM_AGGREGATES`; the
+FLOP phases are :mod:`race.flops.ledger`'s.
 """
 
 from __future__ import annotations
@@ -16,15 +21,25 @@ from dataclasses import dataclass, field, fields, replace
 
 from race.core.cells import prm_dir
 from race.core.errors import ConfigError
-from race.core.schema import default
+from race.core.schema import check, default, properties
 
 #: Evaluation targets, in report order (``eval.targets`` names a subset; null means all).
-TARGETS: tuple[str, ...] = ("in_pass1", "sampled_pass1", "ood_pass1", "maj_k", "prm_bon",
-                             "native_reward")
+TARGETS: tuple[str, ...] = tuple(properties("eval")["targets"]["items"]["enum"])
 #: Test-time search targets: with ``eval.search_at: base_and_top`` they run only on the base
 #: policy and each cell's top rung.
 SEARCH_TARGETS: tuple[str, ...] = ("maj_k", "prm_bon")
-PRM_AGGREGATES = ("min", "last", "product", "mean")
+#: How step scores become one score (race.feedback.scores.aggregate).
+PRM_AGGREGATES: tuple[str, ...] = tuple(properties("eval")["prm_aggregate"]["enum"])
+
+
+def _check_against_schema(spec, *sections: str) -> None:
+    """Every field of ``spec`` that is a key of one of ``sections`` (the first that has it)
+    against the schema (:func:`race.core.schema.check`); None is an optional key left unset."""
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        section = next((s for s in sections if f.name in properties(s)), None)
+        if section is not None and value is not None:
+            check(section, f.name, value)
 
 
 def _from_section(cls, section: dict | None, name: str):
@@ -45,9 +60,7 @@ def _from_section(cls, section: dict | None, name: str):
 
 
 #: The seven Qwen2 projections LoRA can adapt, in forward order within a decoder layer.
-ALL_PROJECTIONS: tuple[str, ...] = (
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-)
+ALL_PROJECTIONS: tuple[str, ...] = tuple(properties("training")["lora_targets"]["items"]["enum"])
 
 
 @dataclass(frozen=True)
@@ -58,18 +71,9 @@ class LoraSpec:
     targets: tuple[str, ...] = field(default=ALL_PROJECTIONS)
 
     def __post_init__(self) -> None:
-        if int(self.rank) < 1:
-            raise ValueError(f"LoRA rank must be >= 1, got {self.rank}")
         targets = (self.targets,) if isinstance(self.targets, str) else tuple(self.targets)
-        if not targets:
-            raise ValueError("LoRA needs at least one target module")
-        unknown = [t for t in targets if t not in ALL_PROJECTIONS]
-        if unknown:
-            raise ValueError(f"unknown LoRA target(s) {', '.join(map(repr, unknown))}; "
-                             f"known: {', '.join(ALL_PROJECTIONS)}")
-        if len(set(targets)) != len(targets):
-            raise ValueError(f"duplicate LoRA targets in {targets}")
-        object.__setattr__(self, "rank", int(self.rank))
+        check("allocations", "lora_rank", self.rank)
+        check("training", "lora_targets", targets)
         object.__setattr__(self, "targets", targets)
 
     def adapts(self, name: str) -> bool:
@@ -95,14 +99,15 @@ class TaskSpec:
     n_eval_ood: int = field(default=default("task", "n_eval_ood"))
 
     def __post_init__(self):
-        if not 1 <= self.min_steps <= self.max_steps:
-            raise ValueError("task.min_steps must be >= 1 and <= task.max_steps")
+        _check_against_schema(self, "task")
+        if self.min_steps > self.max_steps:
+            raise ValueError("task.min_steps must be <= task.max_steps")
         if self.ood_min_steps <= self.max_steps:
             raise ValueError("task.ood_min_steps must exceed task.max_steps (OOD = longer chains)")
         if self.ood_max_steps < self.ood_min_steps:
             raise ValueError("task.ood_max_steps must be >= task.ood_min_steps")
-        if self.max_operand < 1 or self.max_value < self.max_operand:
-            raise ValueError("task.max_operand must be >= 1 and <= task.max_value")
+        if self.max_value < self.max_operand:
+            raise ValueError("task.max_operand must be <= task.max_value")
         if self.max_value < 2 * self.max_operand - 1:
             # sample_problem flips an operation that would leave [0, max_value]; the flipped
             # one stays inside only if max_value >= 2 * max_operand - 1.
@@ -134,15 +139,10 @@ class TeacherSpec:
     truncate_min_steps: int = _teacher("truncate_min_steps")
 
     def __post_init__(self):
-        for name in ("operand_slip", "sign_slip", "arithmetic_slip", "truncate"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"teacher.{name} must be in [0, 1], got {value}")
+        _check_against_schema(self, "teacher")
         if self.operand_slip + self.sign_slip + self.arithmetic_slip > 1.0:
             raise ValueError("teacher: operand_slip + sign_slip + arithmetic_slip must be <= 1 "
                              "(at most one slip per step)")
-        if self.truncate_min_steps < 2:
-            raise ValueError("teacher.truncate_min_steps must be >= 2 (a chain keeps a step)")
 
     @classmethod
     def from_config(cls, section: dict | None) -> TeacherSpec:
@@ -191,15 +191,8 @@ class Allocation:
     max_grad_norm: float = _train("max_grad_norm")
 
     def __post_init__(self):
-        if self.num_generations < 2:
-            raise ValueError("num_generations must be >= 2 (GRPO needs a group to compare)")
-        for name in ("prompts_per_step", "num_iterations", "max_completion_length",
-                     "lora_rank"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if self.lora_alpha is not None and self.lora_alpha <= 0:
-            raise ValueError(f"lora_alpha must be > 0 (or unset: 2 x rank), got {self.lora_alpha}")
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        _check_against_schema(self, "allocations", "training")
 
     @property
     def rows(self) -> int:
@@ -266,30 +259,8 @@ class EvalSpec:
     search_at: str = _eval("search_at")  # every_rung | base_and_top (maj_k, prm_bon)
 
     def __post_init__(self) -> None:
-        targets = TARGETS if not self.targets else tuple(self.targets)
-        unknown = [t for t in targets if t not in TARGETS]
-        if unknown:
-            raise ValueError(f"eval.targets: unknown target(s) {unknown} (known: "
-                             f"{', '.join(TARGETS)})")
-        if len(set(targets)) != len(targets):
-            raise ValueError(f"eval.targets: duplicate target in {list(targets)}")
-        object.__setattr__(self, "targets", targets)
-        for name in ("n_in", "n_ood", "max_new_tokens", "max_new_tokens_ood", "sample_prompts",
-                     "k", "bon_n", "native_prompts", "native_samples", "batch_size",
-                     "bootstrap_reps", "sampled_prompts", "sampled_k"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"eval.{name}: must be an integer >= 1, got {value!r}")
-        for name in ("temperature", "train_temperature"):
-            if not float(getattr(self, name)) > 0:
-                raise ValueError(f"eval.{name}: must be > 0, got {getattr(self, name)!r}")
-        choices = {"prm_aggregate": PRM_AGGREGATES, "verifier": ("task", "math"),
-                   "attn_implementation": ("sdpa", "eager"),
-                   "search_at": ("every_rung", "base_and_top")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"eval.{name}: must be one of {allowed}, got "
-                                 f"{getattr(self, name)!r}")
+        _check_against_schema(self, "eval")
+        object.__setattr__(self, "targets", tuple(self.targets or TARGETS))
 
     @classmethod
     def from_config(cls, section: dict | None) -> EvalSpec:
@@ -349,6 +320,9 @@ class PretrainSpec:
     eval_examples: int = _pre("eval_examples")
     eval_max_new_tokens: int = _pre("eval_max_new_tokens")
 
+    def __post_init__(self):
+        _check_against_schema(self, "pretrain")
+
     @classmethod
     def from_config(cls, section: dict | None) -> PretrainSpec:
         return _from_section(cls, section, "pretrain")
@@ -383,16 +357,7 @@ class PRMSpec:
     seed: int = _prm("seed")
 
     def __post_init__(self):
-        if self.init not in ("auto", "base", "random"):
-            raise ValueError(f"prm.init must be auto, base or random, got {self.init!r}")
-        for key in ("n_prompts", "samples_per_prompt", "max_new_tokens", "sample_batch_size",
-                    "steps", "batch_size"):
-            if int(getattr(self, key)) < 1:
-                raise ValueError(f"prm.{key} must be >= 1, got {getattr(self, key)}")
-        if not 0 <= self.heldout_frac < 1:
-            raise ValueError(f"prm.heldout_frac must be in [0, 1), got {self.heldout_frac}")
-        if not 0 < self.target_positive_rate < 1:
-            raise ValueError("prm.target_positive_rate must be in (0, 1)")
+        _check_against_schema(self, "prm")
 
     @classmethod
     def from_config(cls, section: dict | None) -> PRMSpec:
@@ -441,6 +406,9 @@ class RewardSpec:
     dtype: str | None = None
     chat_template: bool | None = None
 
+    def __post_init__(self):
+        _check_against_schema(self, "rewards")
+
     @property
     def model(self) -> str | None:
         """The feedback model this reward runs (its PRM or ORM), or None for a rule reward."""
@@ -476,6 +444,9 @@ class MlflowSpec:
     enabled: bool = field(default=default("mlflow", "enabled"))
     tracking_uri: str = field(default=default("mlflow", "tracking_uri"))
     artifact_root: str = field(default=default("mlflow", "artifact_root"))
+
+    def __post_init__(self):
+        _check_against_schema(self, "mlflow")
 
 
 def mlflow_spec(config: dict) -> MlflowSpec:

@@ -1,72 +1,11 @@
-"""Evaluation of one policy snapshot: every target with its own ``eval`` FLOP ledger.
+"""One evaluation job (``race evaluate``): every snapshot of an :class:`race.core.jobs.EvalJob`,
+each on every target, each target with its own ``eval`` FLOP ledger, written to ``eval.json``.
 
 A snapshot is a base policy, or a base policy plus the LoRA adapter of a budget rung
-(``results/runs/<cell>/budget~<B>/``). Targets (accuracies are fractions in [0, 1]; each comes
-with a 95% interval and its ``n`` = the number of prompts the interval is computed over):
-
-``in_pass1``       greedy pass@1 on the first ``n_in`` eval-in prompts (Wilson interval).
-``sampled_pass1``  sampled pass@1 at the training temperature (``train_temperature``) as
-                   mean@k: ``sampled_k`` completions for each of the first ``sampled_prompts``
-                   eval-in prompts, the mean verdict, with a cluster-bootstrap interval over
-                   prompts. The RACE target of the default study: the accuracy GRPO optimises,
-                   resolved to a few points. Details carry pass@k (unbiased estimator), the
-                   share of samples with a well-formed answer line, and on the arithmetic task
-                   the share per failure kind (race.data.task.FAILURES).
-``ood_pass1``      greedy pass@1 on the first ``n_ood`` eval-OOD prompts -- longer chains than
-                   training, hence the larger ``max_new_tokens_ood`` (Wilson).
-``maj_k``          ``k`` completions sampled at ``temperature`` for each of the first
-                   ``sample_prompts`` eval-in prompts; the majority final answer is scored.
-                   Unparseable answers never vote; ties go to the earliest-sampled answer among
-                   the tied (:func:`race.evaluation.metrics.majority_index`) (Wilson).
-``prm_bon``        ``bon_n`` completions per prompt (the same prompts) reranked by a PRM: the
-                   highest aggregated step score is scored, ties to the earliest sample
-                   (:func:`race.evaluation.metrics.best_index`) (Wilson). Without a PRM the
-                   target is skipped and the reason recorded -- never a made-up number.
-``native_reward``  the cell's training reward (a ``rewards:`` entry through
-                   :func:`race.feedback.rewards.build_reward`) on the first
-                   ``native_prompts`` eval-in prompts, ``native_samples`` completions each at
-                   the training temperature (``train_temperature``):
-                   the mean reward, with a cluster-bootstrap interval over prompts.
-
-FLOPs. Every number is charged to the ``eval`` phase and kept apart from the training budget.
-Per target: ``model`` (real tokens, causal attention: the budget convention of
-race.flops.analytic), ``executed`` (what the kernels ran: left-padded prompts, full attention
-blocks, every row of a batch decoding until its longest row stops) and ``tokens`` (completion
-tokens generated plus tokens a scorer read). Generation is charged from the shapes
-race.policy.generation returns; PRM and reward-model scoring from the scorer's ``consume()``;
-the rule verifier costs 0.
-
-* A merged adapter (``merge_adapter: true``, the default: what a deployment does) costs
-  nothing extra, so no LoRA FLOPs are charged; unmerged, every forward is charged the adapter's
-  ``2·r·(d_in + d_out)`` per token per adapted module.
-* Each target's ledger is the compute that target needs by itself. With ``share_samples``
-  (default) maj@k and best-of-n draw ONE pool of ``max(k, bon_n)`` samples per prompt and use
-  its first ``k`` / ``bon_n``, and native_reward uses the head of sampled_pass1's pool (its
-  first ``native_prompts`` prompts x ``native_samples``: both sample at the training
-  temperature); a target that uses only a prefix is charged the generation of
-  its own samples batched on their own (model FLOPs exact per row; executed FLOPs of batches of
-  ``batch_size`` of those rows, each at its longest prompt and completion). What the job
-  really ran -- the pool once -- is reported once in ``executed_total``; ``charged_total`` is
-  the sum of the per-target ledgers.
-
-Determinism: generation is reseeded per batch from ``seed`` and a fixed per-target salt (so a
-target's samples do not depend on which other targets run) and the bootstrap is seeded; with
-one torch thread the same inputs give an identical ``eval.json`` except its ``wall_s`` fields.
-
-``eval.json`` (format ``race-eval/1``, written atomically; FLOPs are JSON integers)::
-
-    format, phase ("eval"), policy, adapter, adapter_merged, lora_flops_charged,
-    rung {step, budget, train_model_flops}      (a base policy: step 0)
-    settings {every EvalSpec field, prm, reward, sample_sharing}
-    targets {<target>: {acc, lo, hi, n, samples, interval, correct,
-                        flops {model, executed, tokens},
-                        flops_parts {generation {...}, scoring {...}},
-                        wall_s, skipped, details}}
-    charged_total {model, executed, tokens}     (sum of the per-target ledgers)
-    executed_total {model, executed, tokens}    (what the job ran: a shared pool once)
-    wall_s
-
-A skipped target has ``acc = lo = hi = None``, ``n = 0``, zero FLOPs and ``skipped`` = why.
+(``results/runs/<cell>/budget~<B>/``). Generation is reseeded per batch from ``seed`` and a fixed
+per-target salt, so a target's samples do not depend on which other targets run. The targets,
+their intervals, what each is charged and the ``eval.json`` format (``race-eval/1``) are
+described in docs/design.md, "File formats".
 """
 
 from __future__ import annotations

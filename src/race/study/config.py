@@ -29,7 +29,6 @@ from race.core.specs import (
     REWARD_KEYS,
     REWARD_MODEL_KEY,
     SEARCH_TARGETS,
-    TARGETS,
     TaskSpec,
     TeacherSpec,
     allocation,
@@ -214,12 +213,16 @@ def validate_schema(config: dict) -> dict:
 
 
 def _schema_message(exc) -> str:
+    """jsonschema's first line, led by the key it is about as the config names it
+    (``On instance['eval']['targets'][0]`` -> ``eval.targets[0]: ...``)."""
     text = str(exc)
-    # Keep jsonschema's first line and the path it reports ("On instance['budgets'][1]").
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     where = next((ln for ln in lines if ln.startswith("On instance")), "")
     head = next((ln for ln in lines if "Error validating config" not in ln), text)
-    return f"config schema: {head} {where}".strip()
+    head = head.removeprefix("ValidationError: ").removesuffix(where).strip()
+    parts = re.findall(r"\['([^']*)'\]|\[(\d+)\]", where)
+    key = "".join(f"[{index}]" if index else f".{name}" for name, index in parts).lstrip(".")
+    return f"{key}: {head}" if key else f"config schema: {head}"
 
 
 def load_config(path: str | Path) -> dict:
@@ -366,54 +369,49 @@ def _check_ladder_prms(config: dict) -> None:
                               f"size, which sizes does not train; use init: auto or random")
 
 
-def check_config(config: dict) -> dict:
-    """Cross-field checks the schema cannot express; returns the config unchanged."""
-    _check_task(config["task"])
+def _check_sizes(config: dict) -> None:
+    """Policy and PRM sizes are unique, known, and name a path the workflow can use."""
     _unique(config["sizes"], "sizes")
-    for i, size in enumerate(config["sizes"]):
-        if not is_model_spec(size):
-            raise ConfigError(f"sizes[{i}]: unknown size {size!r} (a ladder name "
-                              f"{sorted(LADDER_DIALS)}, a local directory or a hub id)")
-    prm_sizes = config["prm"]["sizes"]
-    _unique(prm_sizes, "prm.sizes")
-    for i, size in enumerate(prm_sizes):
-        if not is_model_spec(size):
-            raise ConfigError(f"prm.sizes[{i}]: unknown PRM size {size!r}")
-    for key, specs in (("sizes", config["sizes"]), ("prm.sizes", prm_sizes)):
+    _unique(config["prm"]["sizes"], "prm.sizes")
+    for key, specs in (("sizes", config["sizes"]), ("prm.sizes", config["prm"]["sizes"])):
         for i, spec in enumerate(specs):
+            if not is_model_spec(spec):
+                raise ConfigError(f"{key}[{i}]: unknown {'PRM ' * (key != 'sizes')}size "
+                                  f"{spec!r} (a ladder name {sorted(LADDER_DIALS)}, a local "
+                                  "directory or a hub id)")
             if not fits_wildcard("size", slug(spec)):
                 raise ConfigError(f"{key}[{i}]: {spec!r} names a path the workflow cannot "
                                   "put in a file name: use letters, digits, / and _ . + - "
                                   "(a symlink to it will do)")
-    for name, reward in config["rewards"].items():
-        _check_reward(name, reward, prm_sizes)
-    for name, entry in config["allocations"].items():
+
+
+def _check_allocations(config: dict) -> None:
+    """Allocation names fit a path; each entry over ``training`` makes an Allocation."""
+    for name in config["allocations"]:
         if not fits_wildcard("alloc", name):
             raise ConfigError(f"allocations.{name}: names may use letters, digits and _ . -")
-        if entry.get("num_generations", 8) < 2:
-            raise ConfigError(f"allocations.{name}.num_generations: must be >= 2 (GRPO "
-                              "compares completions within a group)")
         allocation(config, name)
-    from race.core.specs import ALL_PROJECTIONS
 
-    if not config["training"]["lora_targets"]:
-        raise ConfigError("training.lora_targets: LoRA needs at least one module")
-    _unique(config["training"]["lora_targets"], "training.lora_targets")
-    for target in config["training"]["lora_targets"]:
-        if target not in ALL_PROJECTIONS:
-            raise ConfigError(f"training.lora_targets: unknown module {target!r} "
-                              f"(known: {', '.join(ALL_PROJECTIONS)})")
+
+def _check_budgets(config: dict) -> None:
+    """Rungs strictly increase, and each has a folder name that reads back as itself."""
     budgets = config["budgets"]
     for i in range(1, len(budgets)):
         if budgets[i] <= budgets[i - 1]:
             raise ConfigError(f"budgets[{i}]: rungs must be strictly increasing "
                               f"({budgets[i - 1]:.3g} then {budgets[i]:.3g})")
+    names = [format_budget(b) for b in budgets]
+    for i, (budget, name) in enumerate(zip(budgets, names, strict=True)):
+        # A rung's folder is named budget~<7 significant digits>: two budgets must not share
+        # one, and the name must read back as the budget the trainer stops at.
+        if float(name) != float(budget) or names.index(name) != i:
+            raise ConfigError(f"budgets[{i}]: {budget!r} would be written to budget~{name}, "
+                              "which is not exactly it or is another rung's folder: use at most "
+                              "7 significant digits")
     _unique(config["seeds"], "seeds")
-    if config["eval"].get("search_at") == "base_and_top":
-        for i, target in enumerate(config["race"].get("targets") or []):
-            if target in SEARCH_TARGETS:
-                raise ConfigError(f"race.targets[{i}]: {target} runs only at the top rung with "
-                                  "eval.search_at: base_and_top, so the pilot rungs have none")
+
+
+def _check_teacher(config: dict) -> None:
     teacher = config.get("teacher") or {}
     if teacher.get("noisy", True) and config["task"].get("kind", "arithmetic") != "arithmetic" \
             and any(is_ladder(s) for s in config["sizes"]):
@@ -421,10 +419,10 @@ def check_config(config: dict) -> dict:
                           f"task.kind {config['task']['kind']!r} has none; set teacher.noisy: "
                           "false")
     TeacherSpec.from_config(teacher)
-    for i, target in enumerate(config["eval"].get("targets") or []):
-        if target not in TARGETS:
-            raise ConfigError(f"eval.targets[{i}]: unknown target {target!r} "
-                              f"(known: {', '.join(TARGETS)})")
+
+
+def _check_eval(config: dict) -> None:
+    """An hf task has its own OOD split for ood_pass1; a named best-of-n PRM exists."""
     if (config["task"]["kind"] == "hf" and not config["task"].get("hf_ood_id")
             and "ood_pass1" in eval_targets(config)):
         # Without its own id, eval_ood is hf_id's test split again: the records of eval_in,
@@ -432,26 +430,32 @@ def check_config(config: dict) -> dict:
         raise ConfigError("task.hf_ood_id: required when eval.targets includes ood_pass1 and "
                           "task.kind is hf (eval_ood would be hf_id's test split: eval_in)")
     bon_prm = config["eval"].get("prm")
-    if bon_prm is not None and bon_prm not in prm_sizes and (
+    if bon_prm is not None and bon_prm not in config["prm"]["sizes"] and (
             is_ladder(bon_prm) or not is_model_spec(bon_prm)):
         raise ConfigError(f"eval.prm: {bon_prm!r} is not one of prm.sizes (a ladder PRM is "
                           "trained here only when prm.sizes names it)")
-    race = config["race"]
+
+
+def _check_race(config: dict) -> None:
+    """The pilot's rungs are budgets, its baseline an allocation, and each target it ranks
+    is evaluated and has a value at the pilot rungs."""
+    race, budgets = config["race"], [float(b) for b in config["budgets"]]
     for i, rung in enumerate(race.get("pilot_rungs") or []):
-        if float(rung) not in [float(b) for b in budgets]:
+        if float(rung) not in budgets:
             raise ConfigError(f"race.pilot_rungs[{i}]: {rung:.3g} is not one of budgets")
-    if race.get("validation_budget") is not None and float(race["validation_budget"]) not in [
-            float(b) for b in budgets]:
+    if race.get("validation_budget") is not None and float(race["validation_budget"]) \
+            not in budgets:
         raise ConfigError("race.validation_budget: must be one of budgets")
     if race.get("baseline") is not None and race["baseline"] not in config["allocations"]:
         raise ConfigError(f"race.baseline: {race['baseline']!r} is not an allocation")
     evaluated = eval_targets(config)
     for i, target in enumerate(race.get("targets") or []):
-        if target not in TARGETS:
-            raise ConfigError(f"race.targets[{i}]: unknown target {target!r}")
         if target not in evaluated:
             raise ConfigError(f"race.targets[{i}]: {target!r} is not evaluated (eval.targets: "
                               f"{', '.join(evaluated)})")
+        if target in SEARCH_TARGETS and config["eval"]["search_at"] == "base_and_top":
+            raise ConfigError(f"race.targets[{i}]: {target} runs only at the top rung with "
+                              "eval.search_at: base_and_top, so the pilot rungs have none")
         if target == "prm_bon" and eval_prm(config) is None:
             raise ConfigError(f"race.targets[{i}]: prm_bon needs a PRM to rerank with "
                               "(eval.prm or prm.sizes), and the study has none")
@@ -460,17 +464,23 @@ def check_config(config: dict) -> dict:
                           f"target ({', '.join(evaluated) or 'none'}) has no value at the pilot "
                           "rungs; name one in race.targets or add one to eval.targets")
     _unique(race["validation_seeds"], "race.validation_seeds")
-    names = [format_budget(b) for b in config["budgets"]]
-    for i, (budget, name) in enumerate(zip(config["budgets"], names, strict=True)):
-        # A rung's folder is named budget~<7 significant digits>: two budgets must not share
-        # one, and the name must read back as the budget the trainer stops at.
-        if float(name) != float(budget) or names.index(name) != i:
-            raise ConfigError(f"budgets[{i}]: {budget!r} would be written to budget~{name}, "
-                              "which is not exactly it or is another rung's folder: use at most "
-                              "7 significant digits")
-    smallest_step_check(config)
+
+
+def check_config(config: dict) -> dict:
+    """The rules between keys, which the schema (types, ranges, enums: checked before this)
+    cannot express, each written once; returns the config unchanged."""
     from race.study.inputs import InputError, check_inputs
 
+    _check_task(config["task"])
+    _check_sizes(config)
+    for name, reward in config["rewards"].items():
+        _check_reward(name, reward, config["prm"]["sizes"])
+    _check_allocations(config)
+    _check_budgets(config)
+    _check_teacher(config)
+    _check_eval(config)
+    _check_race(config)
+    smallest_step_check(config)
     try:
         check_inputs(config)
     except InputError as exc:
