@@ -2,8 +2,8 @@
 # Thin entry point: config, validation, the stage files, and the final target.
 from snakemake.utils import min_version, validate
 
-from race.study.config import check_as_written, coerce_numbers, read_yaml
 from race.core.schema import SCHEMA
+from race.study.config import check_as_written, coerce_numbers, read_yaml
 
 min_version("9.0")
 
@@ -20,7 +20,7 @@ if not workflow.overwrite_configfiles:
 for path in workflow.configfiles:
     read_yaml(path)
 
-# The schema ships with the package (race/study/config.schema.yaml): the one place where every
+# The schema ships with the package (race/core/config.schema.yaml): the one place where every
 # key's type, description and default live.
 # Snakemake's YAML reader reads 2e10 as a string: numbers first, as race.study.config does.
 coerce_numbers(config)

@@ -17,17 +17,17 @@ import functools
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
-from race.core.cells import results
 from race.core.jobs import TrainJob
 from race.core.specs import Allocation
 from race.flops import analytic as F
-from race.study.config import check_config, load_config
+from race.study.config import load_config
 
 #: The repository root and the bench folder.
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,15 +56,23 @@ def add_set_option(parser: argparse.ArgumentParser, help: str | None = None) -> 
 
 
 def study_config(path: str | Path, overrides: Sequence[str] = ()) -> dict:
-    """The config at ``path`` with ``overrides`` (:func:`apply_overrides`) applied, checked
-    again."""
-    return check_config(apply_overrides(load_config(path), list(overrides)))
+    """The resolved config at ``path`` with ``overrides`` (:func:`apply_overrides`) applied,
+    checked again as a whole: written to a temporary YAML file and loaded as ``race`` loads
+    a config (a resolved config is a valid config file, as the workflow's per-folder configs
+    are)."""
+    config = load_config(path)
+    if not overrides:
+        return config
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "config.yaml"
+        file.write_text(yaml.safe_dump(apply_overrides(config, list(overrides)), sort_keys=False))
+        return load_config(file)
 
 
 def results_folder(config: dict, given: Path | None = None) -> Path:
     """The study's results folder: ``given`` (a ``--results`` option), else the config's
     ``results_dir``."""
-    return given or results(config)
+    return Path(given or config["results_dir"])
 
 
 # -- the workflow -----------------------------------------------------------------------------

@@ -10,9 +10,9 @@ import yaml
 
 from race.study.config import (
     ConfigError,
-    check_config,
     coerce_numbers,
     load_config,
+    load_study,
     read_yaml,
     validate_schema,
 )
@@ -124,7 +124,8 @@ def _prm_bon_without_a_prm(config: dict) -> None:
                                                "prm.sizes ['nano'], an existing folder"),
     (_reward({"type": "prm", "prm": "nano", "dtype": "float8"}), "'float8' is not one of"),
     (_reward({"type": "prm", "prm": "nano", "device": "gpu"}), "'gpu' does not match"),
-    (lambda c: c["training"].update(lora_targets=[]), "training.lora_targets: [] should be non-empty"),
+    (lambda c: c["training"].update(lora_targets=[]),
+     "training.lora_targets: [] should be non-empty"),
     (lambda c: c["training"].update(lora_targets=["q_proj", "q_proj"]),
      "training.lora_targets: ['q_proj', 'q_proj'] has non-unique elements"),
     (lambda c: c["training"].update(lora_targets=["qproj"]), "training.lora_targets[0]: 'qproj' is "
@@ -178,18 +179,20 @@ def test_reward_entries_take_the_feedback_model_options(tmp_path):
 def test_the_pilot_ranks_only_targets_the_pilot_rungs_measure(tmp_path):
     """Without race.targets the pilot ranks every evaluated target that has a value at its
     rungs: not a search target run only at the top rung, not prm_bon without a PRM."""
-    from race.core.specs import race_targets
+    from race.study.config import typed_study
 
     def edit(config):
         config["race"].pop("targets")
         config["eval"]["search_at"] = "base_and_top"
 
     config = load_config(_smoke_with(tmp_path, edit))
-    assert race_targets(config) == ["in_pass1", "sampled_pass1", "ood_pass1", "native_reward"]
+    assert typed_study(config).race_targets == (
+        "in_pass1", "sampled_pass1", "ood_pass1", "native_reward")
     config["eval"]["search_at"] = "every_rung"
-    assert "prm_bon" in race_targets(config)
+    assert "prm_bon" in typed_study(config).race_targets
     config["eval"]["prm"], config["prm"]["sizes"] = None, []
-    assert "prm_bon" not in race_targets(config) and "maj_k" in race_targets(config)
+    targets = typed_study(config).race_targets
+    assert "prm_bon" not in targets and "maj_k" in targets
 
 
 def test_a_size_path_the_workflow_cannot_name_is_refused(tmp_path):
@@ -255,7 +258,7 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
     """The config check's bound on a cell's first step (race check-config, before any compute)
     is the trainer's own: the policy's worst-case step plus a ladder PRM's reward bound, which
     the trainer takes from the loaded feedback model."""
-    from race.core.specs import PRMSpec, allocation
+    from race.core.specs import PRMSpec
     from race.data.tokenizer import load_tokenizer, save_tokenizer
     from race.feedback.prm_training import init_classifier
     from race.feedback.rewards import build_reward
@@ -264,21 +267,21 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
     from race.policy.ladder import ladder_config
     from race.study.config import first_step_bound, max_prompt_tokens
 
-    config = load_config(ROOT / "configs" / "smoke.yaml")
+    study = load_study(ROOT / "configs" / "smoke.yaml")
     tok = load_tokenizer(save_tokenizer(tmp_path / "tok"))
     prm = tmp_path / "prm" / "size~nano"
     init_classifier("nano", tok, [], PRMSpec(init="random"))[0].save_pretrained(prm)
     tok.save_pretrained(prm)
-    reward = build_reward(config["rewards"]["rule+prm"], tokenizer=tok, results_dir=tmp_path)
-    prompt = max_prompt_tokens(config["task"])
+    reward = build_reward(study.rewards["rule+prm"].to_dict(), tokenizer=tok,
+                          results_dir=tmp_path)
+    prompt = max_prompt_tokens(study)
     arch = F.Arch.from_config(ladder_config("nano", len(tok)))
-    for name in config["allocations"]:
-        alloc = allocation(config, name)
+    for name, alloc in study.allocations.items():
         meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations)
         trainer = generation_step_bound(meter, alloc.rows, prompt,
                                         alloc.max_completion_length, reward.reads)
-        assert first_step_bound(config, "nano", name, "rule+prm", prompt) == trainer
-        assert first_step_bound(config, "nano", name, "rule", prompt) < trainer
+        assert first_step_bound(study, "nano", name, "rule+prm", prompt) == trainer
+        assert first_step_bound(study, "nano", name, "rule", prompt) < trainer
 
 
 def test_each_budget_has_a_rung_folder_of_its_own(tmp_path):
@@ -286,19 +289,20 @@ def test_each_budget_has_a_rung_folder_of_its_own(tmp_path):
     path = smoke_text(tmp_path, "[4.0000001e9, 4.0000002e9, 8e9]", pilot="[4.0000001e9]")
     with pytest.raises(ConfigError, match=r"budgets\[0\]: 4000000100.0 would be written to "
                                           r"budget~4e9"):
-        check_config(load_config(path))
+        load_study(path)
 
 
 def test_a_results_dir_holding_another_study_is_refused(tmp_path):
-    from race.core.cells import STUDY_MARKER, claim_results_dir
+    from race.core.study import STUDY_MARKER
+    from race.study.config import typed_study
 
-    config = check_config(load_config(smoke_text(tmp_path, "[4e9, 8e9]")))
-    claim_results_dir(config, check_only=True)
-    assert not Path(config["results_dir"]).exists()  # a dry run writes nothing
-    claim_results_dir(config)
-    marker = Path(config["results_dir"]) / STUDY_MARKER
+    study = load_study(smoke_text(tmp_path, "[4e9, 8e9]"))
+    study.claim_results_dir(check_only=True)
+    assert not study.results.exists()  # a dry run writes nothing
+    study.claim_results_dir()
+    marker = study.results / STUDY_MARKER
     assert marker.read_text() == "race-smoke\n"
-    claim_results_dir(config)  # its own study: fine
-    with pytest.raises(ConfigError, match=f"results_dir: {config['results_dir']} holds the "
+    study.claim_results_dir()  # its own study: fine
+    with pytest.raises(ConfigError, match=f"results_dir: {study.results_dir} holds the "
                                           "study 'race-smoke'"):
-        claim_results_dir({**config, "study": "another"})
+        typed_study({**study.config, "study": "another"}).claim_results_dir()

@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from race.core import cells as C
 from race.core import jobs
 from race.core.specs import RewardSpec
 from race.policy import device as D
 from race.study import builders
-from race.study.config import load_config
+from race.study.config import load_study, typed_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,10 +79,10 @@ def test_feedback_models_resolve_the_same_way(no_gpu):
 
 
 def test_every_model_job_carries_the_configs_device():
-    config = load_config(ROOT / "configs" / "smoke.yaml")
-    assert config["device"] == "auto"  # the schema's default
-    config = {**config, "device": "cpu"}
-    cell = C.grid_cells(config)[0]
+    config = load_study(ROOT / "configs" / "smoke.yaml")
+    assert config.device == "auto"  # the schema's default
+    config = typed_study({**config.config, "device": "cpu"})
+    cell = config.grid_cells()[0]
     built = [builders.train_job(config, cell), builders.eval_job(config, cell),
              builders.base_eval_job(config, "nano"), builders.pretrain_job(config, "nano"),
              builders.prm_job(config, "nano")]

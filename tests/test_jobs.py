@@ -10,18 +10,18 @@ import pytest
 from race.core import cells as C
 from race.core import jobs
 from race.study import builders as B
-from race.study.config import check_config, load_config
+from race.study.config import check_study, load_study, typed_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def smoke():
-    return load_config(ROOT / "configs" / "smoke.yaml")
+    return load_study(ROOT / "configs" / "smoke.yaml")
 
 
 def test_every_job_round_trips_through_json(smoke):
-    cell = C.grid_cells(smoke)[0]
+    cell = smoke.grid_cells()[0]
     built = [B.train_job(smoke, cell), B.eval_job(smoke, cell),
              B.base_eval_job(smoke, "nano"), B.pretrain_job(smoke, "micro"),
              B.prm_job(smoke, "nano")]
@@ -38,7 +38,7 @@ def test_every_job_round_trips_through_json(smoke):
 
 
 def test_a_human_gets_the_workflows_job(smoke):
-    cell = C.grid_cells(smoke)[-1]
+    cell = smoke.grid_cells()[-1]
     assert B.job_for_cell("train", smoke, cell.key) == B.train_job(smoke, cell)
     assert B.job_for_cell("evaluate", smoke, cell.key) == B.eval_job(smoke, cell)
     assert B.job_for_cell("evaluate", smoke, "size~nano") == B.base_eval_job(smoke, "nano")
@@ -46,38 +46,39 @@ def test_a_human_gets_the_workflows_job(smoke):
     assert B.job_for_cell("prm", smoke, "size~nano") == B.prm_job(smoke, "nano")
     one = B.job_for_cell("evaluate", smoke, cell.key, budget=8e9)
     assert [s.out for s in one.snapshots] == [
-        str(C.rung_dir(C.run_dir(smoke, cell), 8e9) / "eval.json")]
+        str(C.rung_dir(smoke.run_dir(cell), 8e9) / "eval.json")]
 
 
 def test_one_evaluation_job_per_cell_covers_its_rungs(smoke):
-    grid = C.grid_cells(smoke)[0]
+    grid = smoke.grid_cells()[0]
     job = B.eval_job(smoke, grid)
     assert [s.adapter for s in job.snapshots] == [
-        str(C.rung_dir(C.run_dir(smoke, grid), b)) for b in smoke["budgets"]]
-    assert job.spec.train_temperature == smoke["training"]["temperature"]
-    assert job.prm == C.prm_dir(smoke, "nano")
+        str(C.rung_dir(smoke.run_dir(grid), b)) for b in smoke.budgets]
+    assert job.spec.train_temperature == smoke.training.temperature
+    assert job.prm == smoke.prm_dir("nano")
     # The cell's reward entry, every key at the config's value (the schema adds defaults).
-    assert {k: job.reward.to_dict()[k] for k in smoke["rewards"][grid.reward]} == \
-        smoke["rewards"][grid.reward]
+    written = smoke.config["rewards"][grid.reward]
+    assert {k: job.reward.to_dict()[k] for k in written} == written
     validation_only = C.Cell(grid.size, grid.reward, grid.alloc, 1)
     assert [s.out for s in B.eval_job(smoke, validation_only).snapshots] == [
-        str(C.rung_dir(C.run_dir(smoke, validation_only), C.validation_budget(smoke))
+        str(C.rung_dir(smoke.run_dir(validation_only), smoke.validation_budget())
             / "eval.json")]
 
 
 def test_search_targets_only_at_the_top_rung(smoke):
-    config = {**smoke, "eval": {**smoke["eval"], "search_at": "base_and_top"}}
-    cell = C.grid_cells(config)[0]
+    config = typed_study({**smoke.config, "eval": {**smoke.config["eval"],
+                                                   "search_at": "base_and_top"}})
+    cell = config.grid_cells()[0]
     snapshots = B.eval_job(config, cell).snapshots
-    below = [t for t in smoke["eval"]["targets"] if t not in ("maj_k", "prm_bon")]
-    assert [s.targets for s in snapshots] == [below] * (len(smoke["budgets"]) - 1) + [None]
-    one = B.job_for_cell("evaluate", config, cell.key, budget=smoke["budgets"][0])
+    below = [t for t in smoke.eval.targets if t not in ("maj_k", "prm_bon")]
+    assert [s.targets for s in snapshots] == [below] * (len(smoke.budgets) - 1) + [None]
+    one = B.job_for_cell("evaluate", config, cell.key, budget=smoke.budgets[0])
     assert one.snapshots[0].targets == below
     assert all(s.targets is None for s in B.eval_job(smoke, cell).snapshots)
     assert B.base_eval_job(config, cell.size).snapshots[0].targets is None
-    bad = {**config, "race": {**config["race"], "targets": ["maj_k"]}}
+    bad = {**config.config, "race": {**config.config["race"], "targets": ["maj_k"]}}
     with pytest.raises(C.ConfigError, match=r"race.targets\[0\]: maj_k runs only at the top"):
-        check_config(bad)
+        check_study(typed_study(bad))
 
 
 @pytest.mark.parametrize("verb, key, budget, message", [
@@ -98,23 +99,24 @@ def test_bad_cells_name_what_is_wrong(smoke, verb, key, budget, message):
 def test_jobs_carry_dtype_not_threads(smoke):
     """training.dtype is in the train and eval jobs; threads are the rule's (--threads), so a
     change of resources.*.threads changes no job and reruns nothing."""
-    config = {**smoke, "training": {**smoke["training"], "dtype": "bfloat16"},
-              "resources": {**smoke["resources"], "train": {**smoke["resources"]["train"],
-                                                            "threads": 4}}}
-    cell = C.grid_cells(config)[0]
+    raw = smoke.config
+    config = typed_study({**raw, "training": {**raw["training"], "dtype": "bfloat16"},
+                          "resources": {**raw["resources"], "train": {
+                              **raw["resources"]["train"], "threads": 4}}})
+    cell = config.grid_cells()[0]
     assert B.train_job(config, cell).dtype == "bfloat16"
     assert B.eval_job(config, cell).dtype == "bfloat16"
     assert jobs.to_json(B.train_job(config, cell)) == jobs.to_json(B.train_job(
-        {**config, "resources": smoke["resources"]}, cell))
+        typed_study({**config.config, "resources": raw["resources"]}), cell))
 
 
 @pytest.mark.parametrize("live", [False, True])
 def test_run_options_travel_apart_from_the_job(smoke, live):
     """The rule's params hold the job less its run options (a change of those would rerun
     it); the options JSON the rule passes beside it restores the very job a human gets."""
-    config = {**smoke, "mlflow": {**smoke["mlflow"], "live": live,
-                                  "tracking_uri": "http://127.0.0.1:5000"}}
-    cell = C.grid_cells(config)[0]
+    config = typed_study({**smoke.config, "mlflow": {
+        **smoke.config["mlflow"], "live": live, "tracking_uri": "http://127.0.0.1:5000"}})
+    cell = config.grid_cells()[0]
     job = B.train_job(config, cell)
     assert (job.mlflow is not None) == live
     params = json.loads(jobs.params_json("train", job))
@@ -124,7 +126,8 @@ def test_run_options_travel_apart_from_the_job(smoke, live):
                                     B.run_options_json("train", config))
     assert rebuilt == job == B.job_for_cell("train", config, cell.key)
     # Editing a run option leaves the params as they were.
-    faster = {**config, "training": {**config["training"], "save_every": 3}}
+    faster = typed_study({**config.config, "training": {**config.config["training"],
+                                                        "save_every": 3}})
     assert jobs.params_json("train", B.train_job(faster, cell)) == jobs.params_json(
         "train", job)
     assert jobs.params_json("evaluate", B.eval_job(config, cell)) == jobs.to_json(

@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from race.core import cells as C
-from race.core import specs
 from race.core.cells import format_budget
 from race.core.cpu_kernels import cpu_vendor
 from race.study import config as S
@@ -34,17 +32,17 @@ def config(tmp_path):
     raw["mlflow"]["artifact_root"] = str(tmp_path / "artifacts")
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(raw))
-    return S.load_config(str(path))
+    return S.load_study(str(path))
 
 
 def write_finished_run(config, cell, steps=3):
     """A run folder as training and evaluation leave it: metrics, rung evals, DONE."""
-    run = C.run_dir(config, cell)
+    run = config.run_dir(cell)
     run.mkdir(parents=True)
     rows = [{"step": s, "flops_total": 100 * s, "reward_mean": 0.1 * s, "time": T0 + s}
             for s in range(1, steps + 1)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    for i, budget in enumerate(C.cell_rungs(config, cell), start=1):
+    for i, budget in enumerate(config.cell_rungs(cell), start=1):
         rung = run / f"budget~{format_budget(budget)}"
         rung.mkdir()
         payload = {"rung": {"step": i}, "adapter": str(rung),
@@ -59,19 +57,19 @@ def write_finished_run(config, cell, steps=3):
 def history(config, run_dir, key):
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=config["mlflow"]["tracking_uri"])
+    client = MlflowClient(tracking_uri=config.mlflow.tracking_uri)
     run_id = (run_dir / "mlflow_run_id").read_text().strip()
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
 def test_mirror_logs_each_run_once_and_a_rerun_logs_nothing(config):
-    cell = C.grid_cells(config)[0]
+    cell = config.grid_cells()[0]
     run = write_finished_run(config, cell)
     first = mirror_study(config, [])
     assert first["runs"][cell.key]["steps_logged"] == 3
-    assert first["runs"][cell.key]["eval_values_logged"] == 3 * len(config["budgets"])
+    assert first["runs"][cell.key]["eval_values_logged"] == 3 * len(config.budgets)
     assert history(config, run, "flops/total") == [(1, 100), (2, 200), (3, 300)]
-    evals = [(i, 0.25 * i) for i in range(1, len(config["budgets"]) + 1)]
+    evals = [(i, 0.25 * i) for i in range(1, len(config.budgets) + 1)]
     assert history(config, run, "eval/in_pass1") == evals
 
     again = mirror_study(config, [])
@@ -84,9 +82,9 @@ def test_mirror_logs_each_run_once_and_a_rerun_logs_nothing(config):
 def test_mirror_completes_a_live_run_without_duplicates(config):
     from race.tracking.mlflow_runs import RunLogger
 
-    cell = C.grid_cells(config)[0]
+    cell = config.grid_cells()[0]
     run = write_finished_run(config, cell)
-    live = RunLogger(specs.mlflow_spec(config), run, cell.key, config["study"], params={})
+    live = RunLogger(config.mlflow, run, cell.key, config.name, params={})
     live.log_step(1, {"flops_total": 100, "reward_mean": 0.1})  # the job logged step 1 live
     live.finish()
     summary = mirror_study(config, [])
@@ -96,7 +94,7 @@ def test_mirror_completes_a_live_run_without_duplicates(config):
 
 
 def test_mirror_names_a_missing_evaluation(config):
-    cell = C.grid_cells(config)[0]
+    cell = config.grid_cells()[0]
     run = write_finished_run(config, cell)
     missing = next(run.glob("budget~*")) / "eval.json"
     missing.unlink()
@@ -108,7 +106,7 @@ def points(config) -> list[tuple]:
     """Every (run, key, step) point of the active runs, with repeats."""
     import sqlite3
 
-    db = sqlite3.connect(config["mlflow"]["tracking_uri"].removeprefix("sqlite:///"))
+    db = sqlite3.connect(config.mlflow.tracking_uri.removeprefix("sqlite:///"))
     return db.execute("select m.run_uuid, m.key, m.step from metrics m join runs r on "
                       "r.run_uuid = m.run_uuid where r.lifecycle_stage = 'active'").fetchall()
 
@@ -116,15 +114,15 @@ def points(config) -> list[tuple]:
 def active_runs(config, cell) -> list:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=config["mlflow"]["tracking_uri"])
-    exp = client.get_experiment_by_name(config["study"])
+    client = MlflowClient(tracking_uri=config.mlflow.tracking_uri)
+    exp = client.get_experiment_by_name(config.name)
     return client.search_runs([exp.experiment_id], f"tags.run_key = '{cell.key}'")
 
 
 def test_a_crash_between_two_batches_loses_nothing_and_doubles_nothing(config, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    cell = C.grid_cells(config)[0]
+    cell = config.grid_cells()[0]
     run = write_finished_run(config, cell, steps=700)  # 1,400 step points + evaluations
     real, calls = MlflowClient.log_batch, []
 
@@ -142,7 +140,7 @@ def test_a_crash_between_two_batches_loses_nothing_and_doubles_nothing(config, m
     monkeypatch.setattr(MlflowClient, "log_batch", real)
     again = mirror_study(config, [])["runs"][cell.key]
     got = points(config)
-    assert len(got) == len(set(got)) == 2 * 700 + 3 * len(config["budgets"]) + STUDY_POINTS
+    assert len(got) == len(set(got)) == 2 * 700 + 3 * len(config.budgets) + STUDY_POINTS
     assert again["steps_logged"] > 0
     assert history(config, run, "train/reward_mean")[-1] == (700, pytest.approx(70.0))
 
@@ -150,7 +148,7 @@ def test_a_crash_between_two_batches_loses_nothing_and_doubles_nothing(config, m
 def start_mirror(config, tmp_path, out: str) -> subprocess.Popen:
     """``race mlflow-log`` in a process of its own (a fresh MLflow client and DB engine)."""
     path = tmp_path / "resolved.json"
-    path.write_text(json.dumps(config))
+    path.write_text(json.dumps(dict(config.config)))
     return subprocess.Popen([sys.executable, "-m", "race.cli", "mlflow-log", "--config",
                              str(path), "--out", str(tmp_path / out)])
 
@@ -161,13 +159,13 @@ def mirror_in_new_process(config, tmp_path) -> dict:
 
 
 def test_two_mirrors_at_once_log_one_run_and_each_point_once(config, tmp_path):
-    cells = C.grid_cells(config)
+    cells = config.grid_cells()
     for cell in cells:
         write_finished_run(config, cell, steps=200)
     procs = [start_mirror(config, tmp_path, f"logged{i}.json") for i in range(2)]
     assert [p.wait(timeout=300) for p in procs] == [0, 0]
     got = points(config)
-    assert len(got) == len(set(got)) == len(cells) * (2 * 200 + 3 * len(config["budgets"])) + (
+    assert len(got) == len(set(got)) == len(cells) * (2 * 200 + 3 * len(config.budgets)) + (
         STUDY_POINTS)
     assert all(len(active_runs(config, c)) == 1 for c in cells)
 
@@ -177,14 +175,14 @@ def test_a_deleted_tracking_db_is_rebuilt_from_the_run_folders(config, tmp_path)
 
     from race.tracking.mirror import forget_lost_store
 
-    cell = C.grid_cells(config)[0]
+    cell = config.grid_cells()[0]
     run = write_finished_run(config, cell)
     first = mirror_study(config, [])["runs"][cell.key]
-    logged = C.results(config) / "mlflow" / "logged.json"
+    logged = config.results / "mlflow" / "logged.json"
     logged.parent.mkdir(parents=True, exist_ok=True)
     logged.write_text("{}")
     assert forget_lost_store(config) == [] and logged.exists()  # the store is there
-    P(config["mlflow"]["tracking_uri"].removeprefix("sqlite:///")).unlink()
+    P(config.mlflow.tracking_uri.removeprefix("sqlite:///")).unlink()
     assert "left in place" in forget_lost_store(config, dry_run=True)[0] and logged.exists()
     assert "rebuilds it" in forget_lost_store(config)[0] and not logged.exists()
     again = mirror_in_new_process(config, tmp_path)["runs"][cell.key]  # stale id: no error
@@ -198,10 +196,10 @@ def test_a_deleted_tracking_db_is_rebuilt_from_the_run_folders(config, tmp_path)
 
 
 def test_a_changed_evaluation_replaces_the_run(config):
-    cell = C.grid_cells(config)[0]
+    cell = config.grid_cells()[0]
     run = write_finished_run(config, cell)
     first = mirror_study(config, [])["runs"][cell.key]
-    rung = run / f"budget~{format_budget(config['budgets'][0])}"
+    rung = run / f"budget~{format_budget(config.budgets[0])}"
     payload = json.loads((rung / "eval.json").read_text())
     payload["targets"]["in_pass1"]["acc"] = 0.9  # re-evaluated after a config change
     (rung / "eval.json").write_text(json.dumps(payload))
@@ -222,9 +220,9 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
     from race.flops.analytic import resolve_arch
     from race.policy.ladder import ladder_config
 
-    cell = C.grid_cells(config)[0]
+    cell = config.grid_cells()[0]
     write_finished_run(config, cell)
-    base = C.base_dir(config, cell.size)
+    base = config.base_dir(cell.size)
     ladder_config("nano", 64).save_pretrained(base)
     reports = tmp_path / "reports"
     (reports / "figures").mkdir(parents=True)
@@ -233,8 +231,8 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
     (reports / "figures" / "frontier.png").write_bytes(b"png")
     summary = mirror_study(config, [], reports)
 
-    client = MlflowClient(tracking_uri=config["mlflow"]["tracking_uri"])
-    exp = client.get_experiment_by_name(config["study"])
+    client = MlflowClient(tracking_uri=config.mlflow.tracking_uri)
+    exp = client.get_experiment_by_name(config.name)
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # the runs view
     study = client.get_run(summary["study_run_id"])
     assert study.info.status == "FINISHED"
@@ -256,7 +254,7 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
                                                                    cell.alloc)
     assert params["policy_params"] == str(arch.params())
     assert params["alloc.lora_alpha"] == "8"  # rank 4, alpha unset: the effective 2 x rank
-    assert params["task.n_train"] == str(config["task"]["n_train"])
+    assert params["task.n_train"] == str(config.task.n_train)
     assert "eval.sampled_k" in params and "pretrain.token_budget" in params
     points = client.get_metric_history(cell_run.info.run_id, "flops/total")
     assert [(m.step, m.timestamp) for m in points] == [(s, int((T0 + s) * 1000))
@@ -264,16 +262,19 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
     assert "train/reward_mean" in cell_run.data.metrics
     assert (cell_run.info.start_time, cell_run.info.end_time) == (int((T0 + 1) * 1000),
                                                                   int((T0 + 3) * 1000))
-    rung = f"budget~{format_budget(config['budgets'][0])}"
+    rung = f"budget~{format_budget(config.budgets[0])}"
     assert {a.path for a in client.list_artifacts(cell_run.info.run_id, rung)} == {
         f"{rung}/eval.json", f"{rung}/ledger.json"}
 
 
 def test_two_studies_sharing_a_db_and_experiment_keep_their_own_runs(config, tmp_path):
-    config["mlflow"]["experiment"] = config["study"]
-    other = copy.deepcopy(config)  # a copy of the config: another study, the same experiment
-    other["study"], other["results_dir"] = "another-study", str(tmp_path / "other")
-    cell = C.grid_cells(config)[0]
+    raw = copy.deepcopy(dict(config.config))
+    raw["mlflow"]["experiment"] = config.name
+    config = S.typed_study(raw)
+    # a copy of the config: another study, the same experiment
+    other = S.typed_study({**raw, "study": "another-study",
+                           "results_dir": str(tmp_path / "other")})
+    cell = config.grid_cells()[0]
     for study in (config, other):
         write_finished_run(study, cell)
     first = mirror_study(config, [])["runs"][cell.key]["run_id"]
@@ -285,12 +286,12 @@ def test_two_studies_sharing_a_db_and_experiment_keep_their_own_runs(config, tmp
 def test_two_loggers_replacing_one_run_leave_one_active_run(config):
     from race.tracking.mlflow_runs import RunLogger
 
-    cell = C.grid_cells(config)[0]
+    cell = config.grid_cells()[0]
     run = write_finished_run(config, cell)
     mirror_study(config, [])
     rows = [{**json.loads(line), "reward_mean": 0.7}  # retrained: other values
             for line in (run / "metrics.jsonl").read_text().splitlines()]
-    loggers = [RunLogger(specs.mlflow_spec(config), run, cell.key, config["study"], {})
+    loggers = [RunLogger(config.mlflow, run, cell.key, config.name, {})
                for _ in range(2)]
     for logger in loggers:  # two mirrors at once, or a live job and a mirror
         for row in rows:
@@ -304,43 +305,44 @@ def test_two_loggers_replacing_one_run_leave_one_active_run(config):
 
 
 def test_a_changed_param_replaces_the_run(config):
-    cell = C.grid_cells(config)[0]
+    cell = config.grid_cells()[0]
     write_finished_run(config, cell)
     first = mirror_study(config, [])["runs"][cell.key]["run_id"]
-    extended = copy.deepcopy(config)  # a rung added on top: the run resumes, params change
-    extended["budgets"] = [*config["budgets"], 2 * config["budgets"][-1]]
-    shutil.rmtree(C.run_dir(config, cell))
+    # a rung added on top: the run resumes, params change
+    extended = S.typed_study({**config.config,
+                              "budgets": [*config.budgets, 2 * config.budgets[-1]]})
+    shutil.rmtree(config.run_dir(cell))
     write_finished_run(extended, cell)
     again = mirror_study(extended, [])["runs"][cell.key]["run_id"]
     assert again != first and [r.info.run_id for r in active_runs(config, cell)] == [again]
     from mlflow.tracking import MlflowClient
 
-    params = MlflowClient(config["mlflow"]["tracking_uri"]).get_run(again).data.params
-    assert params["rungs"] == str(extended["budgets"])
+    params = MlflowClient(config.mlflow.tracking_uri).get_run(again).data.params
+    assert params["rungs"] == str(list(extended.budgets))
 
 
 def test_a_failed_live_job_leaves_only_its_checkpointed_points(config, tmp_path):
     from race.tracking.mlflow_runs import RunLogger
 
-    spec = specs.mlflow_spec(config)
+    spec = config.mlflow
 
     def row(step, seconds):
         return {"step": step, "flops_total": 100 * step, "rollout_s": seconds, "time": T0 + step}
 
-    logger = RunLogger(spec, tmp_path / "run", "key", config["study"], {})
+    logger = RunLogger(spec, tmp_path / "run", "key", config.name, {})
     for step in (1, 2):
         logger.log_row(row(step, 1.0))
     logger.flush()  # the checkpoint at step 2
     for step in (3, 4):  # then an exception: resuming replays steps 3 and 4
         logger.log_row(row(step, 1.0))
     logger.finish("FAILED", flush=False)
-    resumed = RunLogger(spec, tmp_path / "run", "key", config["study"], {})
+    resumed = RunLogger(spec, tmp_path / "run", "key", config.name, {})
     for step in (3, 4):
         resumed.log_row(row(step, 1.7))
     assert not resumed.flush()["changed"]
     from mlflow.tracking import MlflowClient
 
-    got = MlflowClient(config["mlflow"]["tracking_uri"]).get_metric_history(resumed.run_id,
+    got = MlflowClient(config.mlflow.tracking_uri).get_metric_history(resumed.run_id,
                                                                             "perf/rollout_s")
     assert sorted((m.step, m.value) for m in got) == [(1, 1.0), (2, 1.0), (3, 1.7), (4, 1.7)]
 
@@ -348,9 +350,9 @@ def test_a_failed_live_job_leaves_only_its_checkpointed_points(config, tmp_path)
 def test_an_experiment_in_mlflows_trash_is_named(config):
     from mlflow.tracking import MlflowClient
 
-    write_finished_run(config, C.grid_cells(config)[0])
+    write_finished_run(config, config.grid_cells()[0])
     mirror_study(config, [])
-    client = MlflowClient(config["mlflow"]["tracking_uri"])
-    client.delete_experiment(client.get_experiment_by_name(config["study"]).experiment_id)
-    with pytest.raises(ValueError, match=f"mlflow.experiment '{config['study']}' .* trash"):
+    client = MlflowClient(config.mlflow.tracking_uri)
+    client.delete_experiment(client.get_experiment_by_name(config.name).experiment_id)
+    with pytest.raises(ValueError, match=f"mlflow.experiment '{config.name}' .* trash"):
         mirror_study(config, [])

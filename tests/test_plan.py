@@ -9,7 +9,7 @@ from pathlib import Path
 from race.cli import main
 from race.flops import analytic as F
 from race.flops.meter import StepMeter, generation_step_bound
-from race.study.config import load_config
+from race.study.config import load_study, typed_study
 from race.study.plan import plan, reward_reads, step_cost, study_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_race_plan_text_names_its_assumptions(capsys):
 
 
 def test_study_stage_totals(capsys):
-    config = load_config(ROOT / "configs" / "smoke.yaml")
+    config = load_study(ROOT / "configs" / "smoke.yaml")
     planned = study_plan(config)
     cells = 2 * 2 * 2  # sizes x rewards x allocations, one seed
     assert planned["full_grid"] == cells * 1.6e10
@@ -142,8 +142,9 @@ def test_study_stage_totals(capsys):
     # Without race.targets the pilot ranks every target its rungs measure (the smoke study
     # evaluates search targets at every rung: all six); top-1 of each + 2 baselines, capped
     # at the 2 x 2 configs of a reward.
-    del config["race"]["targets"]
-    assert study_plan(config)["validation_runs_at_most"] == 2 * min(6 + 2, 4) * 1
+    race = {k: v for k, v in config.config["race"].items() if k != "targets"}
+    assert study_plan(typed_study({**config.config, "race": race}))[
+        "validation_runs_at_most"] == 2 * min(6 + 2, 4) * 1
 
 
 def test_one_vocabulary_default(capsys):

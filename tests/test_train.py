@@ -19,7 +19,7 @@ from race.core.atomic import current_umask
 from race.core.cells import PERF, rung_dir
 from race.core.cpu_kernels import cpu_vendor
 from race.core.jobs import TrainJob, to_json
-from race.core.specs import Allocation, TaskSpec
+from race.core.specs import Allocation, RewardSpec, TaskSpec
 from race.data.task import write_splits
 from race.flops.ledger import Ledger
 from race.flops.meter import StepMeter, generation_step_bound
@@ -454,7 +454,7 @@ def test_meter_matches_flop_counter(tiny_base, tiny_prm, tmp_path, monkeypatch, 
     alloc = replace(ALLOC, beta=case.pop("beta", 0.0),
                     num_iterations=case.pop("num_iterations", ALLOC.num_iterations))
     kind = case.pop("reward", "rule")
-    reward = {"type": kind} if kind == "rule" else {"type": kind, "prm": str(tiny_prm)}
+    reward = RewardSpec(kind, prm=None if kind == "rule" else str(tiny_prm))
     measured: list[dict] = []
     shapes: list = []
     base_cls = train_mod.metered_trainer_class
@@ -516,7 +516,7 @@ def test_meter_matches_flop_counter(tiny_base, tiny_prm, tmp_path, monkeypatch, 
 def test_allocation_rejects_bad_values():
     with pytest.raises(ValueError, match="num_generations"):
         Allocation(num_generations=1)
-    with pytest.raises(ValueError, match="lora_alpha must be > 0"):
+    with pytest.raises(ValueError, match="lora_alpha: 0 is less than or equal to the minimum"):
         Allocation(lora_alpha=0)  # it used to fall back to 2 x rank silently
     assert Allocation(lora_rank=4).alpha == 8 and Allocation(lora_alpha=3).alpha == 3
     with pytest.raises(ValueError, match="strictly increasing"):

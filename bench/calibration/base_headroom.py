@@ -34,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 import torch
 
-from bench.common import add_set_option, study_config
-from race.core.cells import results
+from bench.common import add_set_option, results_folder, study_config
 from race.core.specs import EvalSpec, PretrainSpec, TeacherSpec
 from race.data.sources import write_task_data
 from race.data.task import load_jsonl
@@ -102,7 +101,7 @@ def main() -> None:
     print(f"task {config['task']}\nteacher {teacher}\npretrain tokens {spec.token_budget}")
     rows = {}
     if args.from_results:
-        res = results(config)
+        res = results_folder(config)
         prm_sizes = config["prm"]["sizes"]
         prm_lines(res, prm_sizes)
         strong = config["eval"].get("prm") or (prm_sizes[-1] if prm_sizes else None)

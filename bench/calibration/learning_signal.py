@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 import torch
 
-from bench.common import add_set_option, study_config
-from race.core.cells import results, rung_dir
+from bench.common import add_set_option, results_folder, study_config
+from race.core.cells import rung_dir
 from race.core.jobs import TrainJob
 from race.core.specs import EvalSpec, allocation
 from race.data.task import load_jsonl
@@ -65,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = study_config(args.config, args.overrides)
-    res = results(config)
+    res = results_folder(config)
     alloc_name = args.alloc or config["race"].get("baseline") or next(iter(config["allocations"]))
     records = load_jsonl(res / "data" / "eval_in.jsonl")
     temperature = allocation(config, alloc_name).temperature

@@ -44,6 +44,7 @@ import torch
 
 from bench.common import ALLOC, flop_configs, paired, phases, race_run, tiny_study
 from race.core.jobs import TrainJob
+from race.core.specs import RewardSpec
 from race.flops import known_configs
 
 REFERENCE = "Qwen2.5-0.5B"
@@ -218,7 +219,7 @@ def main() -> None:
                        dtype=dtype, device=device)
         prm = tiny_prm(root, base)
         spy = replace(job, run_dir=str(root / "spy"), gradient_checkpointing=True,
-                      reward={"type": "rule+prm", "prm": str(prm)}, results_dir=str(root))
+                      reward=RewardSpec(type="rule+prm", prm=str(prm)), results_dir=str(root))
         print(f"race train (device: {device}, training.dtype: {dtype}, rule+prm reward, "
               "gradient checkpointing):", flush=True)
         for name, placed in models_inside_race_train(spy, 2).items():

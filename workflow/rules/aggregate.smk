@@ -10,7 +10,7 @@ rule aggregate_pilot:
     output:
         pilot=in_results("race/pilot.csv"),
     params:
-        config=S.config_slice(STUDY, "study", "sizes", "rewards", "allocations", "budgets",
+        config=STUDY.slice("study", "sizes", "rewards", "allocations", "budgets",
                               "seeds", "race", "eval", "results_dir", "training", "prm"),
     log:
         "logs/aggregate_pilot.log",
@@ -33,9 +33,9 @@ checkpoint select:
     output:
         selected=in_results("race/selected.json"),
     params:
-        top_k=STUDY["race"]["top_k"],
-        baseline=C.baseline_alloc(STUDY),
-        targets=" ".join(specs.race_targets(STUDY)),
+        top_k=STUDY.race.top_k,
+        baseline=STUDY.baseline_alloc(),
+        targets=" ".join(STUDY.race_targets),
     log:
         "logs/select.log",
     priority: 10

@@ -1,31 +1,32 @@
-# Grid expansion, paths and the per-job builders. All logic lives in race.study; this file only
-# names paths for the rules and hands each model job its typed JSON (race.core.jobs, built by race.study.builders).
+# Grid expansion, paths and the per-job builders. All logic lives in the package; this file
+# only names paths for the rules and hands each model job its typed JSON (race.core.jobs,
+# built by race.study.builders from the typed study).
 import json
 import os
 import sys
 
 from race.cli import invocation
-from race.core.outputs import read_output, set_aside_corrupt
 from race.core import cells as C
-from race.study import config as S
 from race.core import jobs as J
+from race.core.outputs import read_output, set_aside_corrupt
 from race.study import builders as B
-from race.core import specs
+from race.study import config as S
 from race.tracking.mirror import forget_lost_store
 
-# Cross-field checks (unknown names, rungs below one step, ...) before any job is scheduled.
-STUDY = S.check_config(config)
-R = str(C.results(STUDY))
+# The config typed once (race.core.study.Study), then the cross-field checks (unknown names,
+# rungs below one step, ...), before any job is scheduled.
+STUDY = S.check_study(S.typed_study(config))
+R = str(STUDY.results)
 # Where the tables, figures and report.md go: the default study's are committed under reports/,
 # so another study (the smoke study) writes its own elsewhere.
-REPORTS = STUDY["reports_dir"]
+REPORTS = STUDY.reports_dir
 # A damaged output looks up to date to Snakemake: set it aside so its job reruns (once, in the
 # scheduling process; cluster jobs parse this file again and leave results alone). A dry run
 # only says what a real run would set aside.
 if workflow.is_main_process:
     DRY = workflow.output_settings.dryrun
     # One study per results directory (race.study.cells.claim_results_dir).
-    C.claim_results_dir(STUDY, check_only=DRY)
+    STUDY.claim_results_dir(check_only=DRY)
     for line in set_aside_corrupt(R, DRY) + forget_lost_store(STUDY, DRY):
         print(line, file=sys.stderr)
 # How a job calls the package's CLI: the scheduler's interpreter, or the conda env's python
@@ -48,14 +49,14 @@ shell.prefix(
 )
 # The content-derived path of one cell (docs/design.md): run folder, MLflow run name, run_key.
 CELL = "size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
-GRID = C.grid_cells(STUDY)
-BUDGETS = [C.format_budget(b) for b in STUDY["budgets"]]
-VALIDATION_BUDGET = C.format_budget(C.validation_budget(STUDY))
-EXTRA_SEEDS = [s for s in STUDY["race"]["validation_seeds"] if s not in STUDY["seeds"]]
-RACE_ON = STUDY["race"]["enabled"]
-MLFLOW_ON = STUDY["mlflow"]["enabled"]
-LADDER = [s for s in STUDY["sizes"] if C.is_ladder(s)]
-PRMS = [p for p in STUDY["prm"]["sizes"] if C.is_ladder(p)]
+GRID = STUDY.grid_cells()
+BUDGETS = [C.format_budget(b) for b in STUDY.budgets]
+VALIDATION_BUDGET = C.format_budget(STUDY.validation_budget())
+EXTRA_SEEDS = [s for s in STUDY.race.validation_seeds if s not in STUDY.seeds]
+RACE_ON = STUDY.race.enabled
+MLFLOW_ON = STUDY.mlflow.enabled
+LADDER = [s for s in STUDY.sizes if C.is_ladder(s)]
+PRMS = [p for p in STUDY.prm_sizes if C.is_ladder(p)]
 
 
 wildcard_constraints:
@@ -85,22 +86,22 @@ def in_run(path):
 
 def res(rule_group, key):
     """``resources.<rule_group>.<key>`` of the config (the schema fills the defaults)."""
-    return STUDY["resources"][rule_group][key]
+    return STUDY.resources[rule_group][key]
 
 
 def cell_of(w):
-    return C.Cell(C.unslug(STUDY, w.size), w.reward, w.alloc, int(w.seed))
+    return C.Cell(STUDY.unslug(w.size), w.reward, w.alloc, int(w.seed))
 
 
 def base_input(w):
     """The base policy a cell trains from: pretrained here for ladder sizes."""
-    size = C.unslug(STUDY, w.size)
+    size = STUDY.unslug(w.size)
     return [in_results(f"base/size~{size}/pre.json")] if C.is_ladder(size) else []
 
 
 def reward_prm(reward):
     """The PRM the reward ``reward`` needs, when it is trained here."""
-    prm = STUDY["rewards"][reward].get("prm")
+    prm = STUDY.rewards[reward].prm
     return [in_results(f"prm/size~{prm}/prm.json")] if prm in PRMS else []
 
 
@@ -114,18 +115,18 @@ def reward_inputs(w):
 # pattern) or none is, and its reward's PRM when no reward needs one trained here.
 BASE_INPUT = (
     in_results("base/size~{size}/pre.json")
-    if LADDER == STUDY["sizes"]
+    if LADDER == list(STUDY.sizes)
     else base_input if LADDER else []
 )
-REWARD_INPUT = reward_inputs if any(reward_prm(r) for r in STUDY["rewards"]) else []
-EVAL_PRM = specs.eval_prm(STUDY)
+REWARD_INPUT = reward_inputs if any(reward_prm(r) for r in STUDY.rewards) else []
+EVAL_PRM = STUDY.eval_prm
 EVAL_PRM_INPUT = [in_results(f"prm/size~{EVAL_PRM}/prm.json")] if EVAL_PRM in PRMS else []
 # What a base policy's evaluation waits for: the PRM of the reward its native_reward uses.
-BASE_REWARD_INPUT = reward_prm(B.base_reward(STUDY))
+BASE_REWARD_INPUT = reward_prm(STUDY.base_reward)
 # What a training job waits for: the MLflow DB, when it logs live. Waits for, not depends on
 # (ancient): a DB initialised again (another tracking URI, a lost DB rebuilt) retrains nothing.
 MLFLOW_INPUT = (
-    [ancient(in_results("mlflow/initialized.json"))] if specs.mlflow_live(STUDY) else []
+    [ancient(in_results("mlflow/initialized.json"))] if STUDY.mlflow_live else []
 )
 
 
@@ -139,8 +140,8 @@ def grid_evals(w=None):
 
 def pilot_evals(w=None):
     """The evaluations the RACE pilot ranks: the first seed's cells at the pilot rungs."""
-    rungs = [C.format_budget(b) for b in C.pilot_rungs(STUDY)]
-    return [rung_eval(c, b) for c in GRID if c.seed == STUDY["seeds"][0] for b in rungs]
+    rungs = [C.format_budget(b) for b in STUDY.pilot_rungs()]
+    return [rung_eval(c, b) for c in GRID if c.seed == STUDY.seeds[0] for b in rungs]
 
 
 def base_evals(w=None):
@@ -150,7 +151,7 @@ def base_evals(w=None):
 def validation_evals(w):
     """Evaluations of the validation runs chosen by the pilot checkpoint."""
     selected = read_output(checkpoints.select.get().output.selected)["selected"]
-    return [rung_eval(c, VALIDATION_BUDGET) for c in C.validation_cells(STUDY, selected)]
+    return [rung_eval(c, VALIDATION_BUDGET) for c in STUDY.validation_cells(selected)]
 
 
 def rung_ledger(cell, budget):
@@ -180,6 +181,6 @@ def final_targets():
 def validation_targets(w):
     """The validation runs' ledgers and evaluations (named for the same reason)."""
     selected = read_output(checkpoints.select.get().output.selected)["selected"]
-    cells = C.validation_cells(STUDY, selected)
+    cells = STUDY.validation_cells(selected)
     return ([rung_ledger(c, VALIDATION_BUDGET) for c in cells] + [run_done(c) for c in cells]
             + validation_evals(w))

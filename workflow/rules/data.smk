@@ -9,7 +9,7 @@ rule data:
         eval_in=in_results("data/eval_in.jsonl"),
         eval_ood=in_results("data/eval_ood.jsonl"),
     params:
-        config=S.config_slice(STUDY, "task"),
+        config=STUDY.slice("task"),
         out=lambda w, output: os.path.dirname(output.train),
     log:
         "logs/data.log",

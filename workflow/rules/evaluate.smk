@@ -17,7 +17,7 @@ rule evaluate:
     params:
         job=lambda w: J.to_json(B.eval_job(STUDY, cell_of(w))),
     wildcard_constraints:
-        seed="|".join(str(s) for s in STUDY["seeds"]),
+        seed="|".join(str(s) for s in STUDY.seeds),
     log:
         "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.eval.log",
     benchmark:

@@ -9,7 +9,7 @@ rule mlflow_init:
     output:
         in_results("mlflow/initialized.json"),
     params:
-        config=S.config_slice(STUDY, "study", "mlflow"),
+        config=STUDY.slice("study", "mlflow"),
     log:
         "logs/mlflow_init.log",
     threads: res("mlflow_init", "threads")
@@ -36,7 +36,7 @@ rule mlflow_log:
         # The resolved config: the mirror rebuilds each cell's train and eval jobs (run
         # params, expected evaluations) and attaches the config to the study run. Less how
         # jobs are scheduled and where reports go, so that editing those reruns nothing here.
-        config=S.config_slice(STUDY, *(k for k in STUDY if k not in ("resources", "reports_dir"))),
+        config=STUDY.slice(*(k for k in STUDY.config if k not in ("resources", "reports_dir"))),
         selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
         reports=lambda w, input: os.path.dirname(input.report),
     log:

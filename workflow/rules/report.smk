@@ -47,7 +47,7 @@ rule report:
             for name in FIGURES
         },
     params:
-        config=S.config_slice(STUDY, "study", "eval", "race", "rewards"),
+        config=STUDY.slice("study", "eval", "race", "rewards"),
         out=lambda w, output: os.path.dirname(output.report),
     log:
         "logs/report.log",

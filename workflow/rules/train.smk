@@ -16,7 +16,7 @@ rule train:
     params:
         job=lambda w: J.params_json("train", B.train_job(STUDY, cell_of(w))),
     wildcard_constraints:
-        seed="|".join(str(s) for s in STUDY["seeds"]),
+        seed="|".join(str(s) for s in STUDY.seeds),
     log:
         "logs/runs/size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}.log",
     benchmark:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from race.analysis import columns as cols
 from race.core import cells as C
-from race.core import specs
 from race.core.outputs import read_output
+from race.core.study import Study
 from race.flops.peak import utilisation
 
 
@@ -36,20 +36,20 @@ def _eval_columns(ev: dict, targets: list[str]) -> dict:
     return out
 
 
-def _knobs(config: dict, alloc: str) -> dict:
-    a = specs.allocation(config, alloc)
+def _knobs(study: Study, alloc: str) -> dict:
+    a = study.allocations[alloc]
     return {k: getattr(a, k) for k in cols.KNOB_COLUMNS}
 
 
-def rung_row(config: dict, cell: C.Cell, budget: float, stage: str) -> dict:
-    rung = C.rung_dir(C.run_dir(config, cell), budget)
+def rung_row(study: Study, cell: C.Cell, budget: float, stage: str) -> dict:
+    rung = C.rung_dir(study.run_dir(cell), budget)
     ledger = read_output(rung / "ledger.json")
     phases = ledger["phases"]
-    base = read_output(Path(C.base_dir(config, cell.size)) / "pre.json") if C.is_ladder(
+    base = read_output(Path(study.base_dir(cell.size)) / "pre.json") if C.is_ladder(
         cell.size) else {}
-    row = {"study": config["study"], "stage": stage, "cell": cell.key, "size": cell.size,
+    row = {"study": study.name, "stage": stage, "cell": cell.key, "size": cell.size,
            "reward": cell.reward, "alloc": cell.alloc, "seed": cell.seed, "budget": budget,
-           **_knobs(config, cell.alloc),
+           **_knobs(study, cell.alloc),
            "steps": ledger["steps"], "updates": ledger["updates"],
            "rollouts": ledger["rollouts"], "prompts_seen": ledger["prompts_seen"],
            "flops_total": ledger["model_flops"], "exec_flops_total": ledger["executed_flops"],
@@ -60,8 +60,8 @@ def rung_row(config: dict, cell: C.Cell, budget: float, stage: str) -> dict:
         row[f"flops_{p}"] = phases[p]["model_flops"]
         row[f"exec_flops_{p}"] = phases[p]["executed_flops"]
         row[f"tokens_{p}"] = phases[p]["tokens"]
-    row.update(perf_columns(phases, C.run_dir(config, cell)))
-    row.update(_eval_columns(read_output(rung / "eval.json"), specs.eval_targets(config)))
+    row.update(perf_columns(phases, study.run_dir(cell)))
+    row.update(_eval_columns(read_output(rung / "eval.json"), study.eval_targets))
     return row
 
 
@@ -80,20 +80,20 @@ def perf_columns(phases: dict, run_dir: Path) -> dict:
     return row
 
 
-def base_rows(config: dict) -> list[dict]:
+def base_rows(study: Study) -> list[dict]:
     """Budget-0 rows: each ladder base policy, once per reward x allocation it starts."""
     rows = []
-    for size in config["sizes"]:
+    for size in study.sizes:
         if not C.is_ladder(size):
             continue
-        base = Path(C.base_dir(config, size))
+        base = Path(study.base_dir(size))
         pre, ev = read_output(base / "pre.json"), read_output(base / "eval.json")
-        for reward in config["rewards"]:
-            for alloc in config["allocations"]:
-                row = {"study": config["study"], "stage": "base",
-                       "cell": C.cell_key(size, reward, alloc, config["seeds"][0]),
+        for reward in study.rewards:
+            for alloc in study.allocations:
+                row = {"study": study.name, "stage": "base",
+                       "cell": C.cell_key(size, reward, alloc, study.seeds[0]),
                        "size": size, "reward": reward, "alloc": alloc,
-                       "seed": config["seeds"][0], "budget": 0.0, **_knobs(config, alloc),
+                       "seed": study.seeds[0], "budget": 0.0, **_knobs(study, alloc),
                        "steps": 0, "updates": 0, "rollouts": 0, "prompts_seen": 0,
                        "p_learning": 0.0, "max_step_flops": 0, "wall_s": 0.0,
                        "params": pre["params"],
@@ -104,8 +104,8 @@ def base_rows(config: dict) -> list[dict]:
                 for p in cols.BUDGET_PHASES:
                     row[f"tokens_{p}"] = 0
                     row[f"seconds_{p}"] = 0.0
-                row.update(_eval_columns(ev, specs.eval_targets(config)))
-                if not _same_reward(ev, specs.reward_spec(config, reward).to_dict()):
+                row.update(_eval_columns(ev, study.eval_targets))
+                if not _same_reward(ev, study.reward(reward).to_dict()):
                     _blank_native(row)
                 rows.append(row)
     return rows
@@ -127,19 +127,19 @@ def _blank_native(row: dict) -> None:
             row[key] = None
 
 
-def collect(config: dict, selected: list[dict] | None) -> list[dict]:
+def collect(study: Study, selected: list[dict] | None) -> list[dict]:
     """Every cell x rung row with its RACE membership flags."""
-    pilot = {float(b) for b in C.pilot_rungs(config)}
-    vb = C.validation_budget(config)
+    pilot = {float(b) for b in study.pilot_rungs()}
+    vb = study.validation_budget()
     chosen = {(s["size"], s["reward"], s["alloc"]) for s in selected or []}
-    vseeds = set(config["race"]["validation_seeds"])
+    vseeds = set(study.race.validation_seeds)
     rows = []
-    cells = [(c, "full") for c in C.grid_cells(config)]
-    cells += [(c, "validation") for c in C.validation_cells(config, selected or [])]
+    cells = [(c, "full") for c in study.grid_cells()]
+    cells += [(c, "validation") for c in study.validation_cells(selected or [])]
     for cell, stage in cells:
-        for budget in C.evaluated_rungs(config, cell):
-            row = rung_row(config, cell, budget, stage)
-            row["in_pilot"] = stage == "full" and cell.seed == config["seeds"][0] and (
+        for budget in study.evaluated_rungs(cell):
+            row = rung_row(study, cell, budget, stage)
+            row["in_pilot"] = stage == "full" and cell.seed == study.seeds[0] and (
                 budget in pilot)
             row["in_validation"] = ((cell.size, cell.reward, cell.alloc) in chosen
                                     and cell.seed in vseeds and budget == vb)
@@ -163,44 +163,44 @@ def stage_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def pilot_rows(config: dict) -> list[dict]:
+def pilot_rows(study: Study) -> list[dict]:
     """The pilot alone: every grid cell of the first seed at each pilot rung (``stage``
     ``pilot``). Only these evaluations are needed to select, so the validation runs can start
     while the grid's larger rungs are still being evaluated."""
-    seed = config["seeds"][0]
+    seed = study.seeds[0]
     rows = []
-    for cell in C.grid_cells(config):
+    for cell in study.grid_cells():
         if cell.seed != seed:
             continue
-        for budget in C.pilot_rungs(config):
-            row = rung_row(config, cell, float(budget), "pilot")
+        for budget in study.pilot_rungs():
+            row = rung_row(study, cell, float(budget), "pilot")
             rows.append(dict(row, in_pilot=True, in_validation=False))
     return rows
 
 
-def _columns(config: dict) -> list[str]:
-    return cols.all_columns(specs.eval_targets(config)) + ["in_pilot", "in_validation"]
+def _columns(study: Study) -> list[str]:
+    return cols.all_columns(study.eval_targets) + ["in_pilot", "in_validation"]
 
 
-def write_pilot_table(config: dict, out: str | Path) -> Path:
+def write_pilot_table(study: Study, out: str | Path) -> Path:
     """``race aggregate --pilot``: the pilot table that ``race select`` ranks."""
     import pandas as pd
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(pilot_rows(config), columns=_columns(config)).to_csv(out, index=False)
+    pd.DataFrame(pilot_rows(study), columns=_columns(study)).to_csv(out, index=False)
     return out
 
 
-def write_tables(config: dict, out: str | Path, selected_path: str | None = None) -> Path:
+def write_tables(study: Study, out: str | Path, selected_path: str | None = None) -> Path:
     import pandas as pd
 
     selected = read_output(selected_path)["selected"] if selected_path else []
-    rows = base_rows(config) + collect(config, selected)
+    rows = base_rows(study) + collect(study, selected)
     for row in rows:
         row.setdefault("in_pilot", False)
         row.setdefault("in_validation", False)
-    columns = _columns(config)
+    columns = _columns(study)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=columns).to_csv(out, index=False)

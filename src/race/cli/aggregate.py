@@ -16,14 +16,14 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from race.analysis.aggregate import write_pilot_table, write_tables
-    from race.study.config import load_config
+    from race.study.config import load_study
 
-    config = load_config(args.config)
+    study = load_study(args.config)
     if args.pilot:
         if args.selected:
             raise SystemExit("race aggregate: --pilot and --selected do not combine (the pilot "
                              "comes before the selection)")
-        print(write_pilot_table(config, args.out))
+        print(write_pilot_table(study, args.out))
     else:
-        print(write_tables(config, args.out, args.selected))
+        print(write_tables(study, args.out, args.selected))
     return 0

@@ -16,19 +16,18 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from race.core.cells import grid_cells
-    from race.study.config import ConfigError, load_config
+    from race.study.config import ConfigError, load_study
     from race.study.plan import format_study_plan, study_plan
 
     try:
-        config = load_config(args.config)
+        study = load_study(args.config)
     except ConfigError as exc:
         message = str(exc)  # errors reading the file already start with its path
         read_error = message.startswith(f"{Path(args.config)}: ")
         prefix = "" if read_error else f"{args.config}: "
         print(prefix + message, file=sys.stderr)
         return 2
-    print(f"{args.config}: valid ({len(grid_cells(config))} grid cells, "
-          f"{len(config['budgets'])} budget rungs)")
-    print(format_study_plan(study_plan(config)))
+    print(f"{args.config}: valid ({len(study.grid_cells())} grid cells, "
+          f"{len(study.budgets)} budget rungs)")
+    print(format_study_plan(study_plan(study)))
     return 0

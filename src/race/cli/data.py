@@ -17,9 +17,9 @@ def run(args) -> int:
 
     task = {}
     if args.config:
-        from race.study.config import load_config
+        from race.study.config import load_study
 
-        task = load_config(args.config).get("task", {})
+        task = dict(load_study(args.config).config.get("task", {}))
     paths = write_task_data(task, args.out)
     print(json.dumps({k: str(v) for k, v in paths.items()}))
     return 0

@@ -40,11 +40,11 @@ def load_job(verb: str, args: argparse.Namespace):
     else:
         if not args.cell:
             raise ConfigError("--cell is required with --config")
-        from race.study.config import load_config
+        from race.study.config import load_study
 
         # A ConfigError here names the bad key; race.cli.main prints it and exits 2.
-        config = load_config(args.config)
-        job = builders.job_for_cell(verb, config, args.cell, getattr(args, "budget", None))
+        study = load_study(args.config)
+        job = builders.job_for_cell(verb, study, args.cell, getattr(args, "budget", None))
     if getattr(args, "run_options", None):
         try:
             job = jobs.with_run_options(verb, job, args.run_options)

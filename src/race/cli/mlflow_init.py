@@ -13,10 +13,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from race.core.specs import mlflow_spec
-    from race.study.config import load_config
+    from race.study.config import load_study
     from race.tracking.mlflow_runs import init_store
 
-    config = load_config(args.config)
-    init_store(mlflow_spec(config), config["study"], args.out)
+    study = load_study(args.config)
+    init_store(study.mlflow, study.name, args.out)
     return 0

@@ -17,11 +17,11 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from race.study.config import load_config
+    from race.study.config import load_study
     from race.tracking.mirror import write_mirror
 
     try:
-        summary = write_mirror(load_config(args.config), args.selected, args.out,
+        summary = write_mirror(load_study(args.config), args.selected, args.out,
                                args.reports)
     except ValueError as exc:
         raise SystemExit(f"race mlflow-log: {exc}") from None

@@ -100,8 +100,8 @@ def _from_flags(args) -> dict:
 
 
 def _from_config(args) -> dict:
-    from race.core import specs
-    from race.study.config import load_config, max_prompt_tokens
+    from race.core.specs import RewardSpec
+    from race.study.config import load_study, max_prompt_tokens
 
     given = [k for k in SHAPE_FLAGS if getattr(args, k) is not None] + (
         ["grad_ckpt"] if args.grad_ckpt else [])
@@ -110,31 +110,31 @@ def _from_config(args) -> dict:
                          f"{', '.join('--' + k.replace('_', '-') for k in given)}")
     if not args.alloc:
         raise ValueError("--config needs --alloc (and --size)")
-    config = load_config(args.config)
-    if args.alloc not in config["allocations"]:
-        raise ValueError(f"--alloc {args.alloc!r} is not one of {list(config['allocations'])}")
-    if args.reward is not None and args.reward not in config["rewards"]:
-        raise ValueError(f"--reward {args.reward!r} is not one of {list(config['rewards'])}")
-    a = specs.allocation(config, args.alloc)
-    reward = config["rewards"][args.reward] if args.reward else {"type": "rule"}
-    model = specs.reward_model(reward)
-    if reward["type"] == "rule" or (reward["type"] == "rule+prm" and reward.get("weight") == 0):
+    study = load_study(args.config)
+    if args.alloc not in study.allocations:
+        raise ValueError(f"--alloc {args.alloc!r} is not one of {list(study.allocations)}")
+    if args.reward is not None and args.reward not in study.rewards:
+        raise ValueError(f"--reward {args.reward!r} is not one of {list(study.rewards)}")
+    a = study.allocations[args.alloc]
+    reward = study.rewards[args.reward] if args.reward else RewardSpec()
+    model = reward.model
+    if reward.type == "rule" or (reward.type == "rule+prm" and reward.weight == 0):
         if args.prm:
             raise ValueError(f"--prm: reward {args.reward or 'rule'!r} runs no reward model "
                              "(name one with --reward)")
         model = None  # a rule verifier, or a rule+prm reward that never runs its PRM
     elif args.prm:
         model = args.prm  # an architecture standing in for the reward's model
-    prompt_len = args.prompt_len or max_prompt_tokens(config["task"])
+    prompt_len = args.prompt_len or max_prompt_tokens(study)
     if prompt_len is None:
-        raise ValueError(f"task.kind {config['task']['kind']!r}: prompt lengths are known only "
+        raise ValueError(f"task.kind {study.source.kind!r}: prompt lengths are known only "
                          "once the data is built; give --prompt-len")
     return {"prompts": a.prompts_per_step, "generations": a.num_generations,
             "num_iterations": a.num_iterations, "prompt_len": prompt_len,
             "completion_len": a.max_completion_length, "lora": a.lora, "beta": a.beta,
-            "grad_ckpt": config["training"]["gradient_checkpointing"], "reward_model": model,
-            "reward_head": "sequence" if reward["type"] == "orm" else "token",
-            "budget": args.budget or float(config["budgets"][-1])}
+            "grad_ckpt": study.training.gradient_checkpointing, "reward_model": model,
+            "reward_head": "sequence" if reward.type == "orm" else "token",
+            "budget": args.budget or study.budgets[-1]}
 
 
 def _request(args) -> dict:

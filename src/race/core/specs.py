@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from race.core.cells import prm_dir
 from race.core.errors import ConfigError
 from race.core.schema import check, default, properties
 
@@ -123,6 +122,33 @@ class TaskSpec:
 
 
 
+#: The ``task:`` keys that say where a task's records come from (the rest are TaskSpec's).
+SOURCE_KEYS = ("kind", "train_jsonl", "eval_in_jsonl", "eval_ood_jsonl", "hf_id", "hf_config",
+               "hf_ood_id", "hf_ood_config")
+
+
+@dataclass(frozen=True)
+class TaskSource:
+    """Where the task's records come from (``task.kind``: the embedded arithmetic task, user
+    JSONL files, or a ``datasets`` id; race.data.sources)."""
+
+    kind: str = field(default=default("task", "kind"))
+    train_jsonl: str | None = None
+    eval_in_jsonl: str | None = None
+    eval_ood_jsonl: str | None = None
+    hf_id: str | None = None
+    hf_config: str | None = None
+    hf_ood_id: str | None = None
+    hf_ood_config: str | None = None
+
+    def __post_init__(self):
+        _check_against_schema(self, "task")
+
+    @classmethod
+    def from_config(cls, task: dict) -> TaskSource:
+        return cls(**{k: v for k, v in task.items() if k in SOURCE_KEYS})
+
+
 def _teacher(key: str):
     return field(default=default("teacher", key))
 
@@ -169,6 +195,49 @@ def _alloc(key: str):
 
 
 @dataclass(frozen=True)
+class TrainingSpec:
+    """The ``training:`` section: what every allocation shares (and may override, see
+    :class:`Allocation`) and how a training job computes (checkpoint cadence, attention
+    kernel, gradient checkpointing, dtype)."""
+
+    learning_rate: float = _train("learning_rate")
+    warmup_steps: int = _train("warmup_steps")
+    scale_rewards: str = _train("scale_rewards")
+    loss_type: str = _train("loss_type")
+    max_grad_norm: float = _train("max_grad_norm")
+    beta: float = _train("beta")
+    temperature: float = _train("temperature")
+    lora_targets: tuple[str, ...] = _train("lora_targets")
+    max_completion_length: int = _train("max_completion_length")
+    save_every: int = _train("save_every")
+    attn_implementation: str = _train("attn_implementation")
+    gradient_checkpointing: bool = _train("gradient_checkpointing")
+    dtype: str = _train("dtype")
+
+    def __post_init__(self):
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        _check_against_schema(self, "training")
+
+    @classmethod
+    def from_config(cls, section: dict | None) -> TrainingSpec:
+        return _from_section(cls, section, "training")
+
+    def allocation(self, name: str, entry: dict) -> Allocation:
+        """The named ``allocations:`` entry over this section: an allocation may override the
+        learning rate, beta, temperature and completion cap; the rest is shared."""
+        entry = dict(entry)
+        for key in ("learning_rate", "beta", "temperature", "max_completion_length"):
+            entry.setdefault(key, getattr(self, key))
+        for key in ("lora_targets", "warmup_steps", "scale_rewards", "loss_type",
+                    "max_grad_norm"):
+            entry[key] = getattr(self, key)
+        try:
+            return Allocation(**entry)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"allocations.{name}: {exc}") from None
+
+
+@dataclass(frozen=True)
 class Allocation:
     """How a step's compute is shaped: one named entry under ``allocations:``, whose missing
     keys come from ``training:`` (learning rate, beta, temperature, completion cap, LoRA
@@ -206,20 +275,6 @@ class Allocation:
     def alpha(self) -> float:
         """The LoRA alpha the adapter is built with."""
         return 2 * self.lora_rank if self.lora_alpha is None else self.lora_alpha
-
-
-def allocation(config: dict, name: str) -> Allocation:
-    """The :class:`Allocation` of a named allocation (training defaults applied)."""
-    shared = config["training"]
-    entry = dict(config["allocations"][name])
-    for key in ("learning_rate", "beta", "temperature", "max_completion_length"):
-        entry.setdefault(key, shared[key])
-    for key in ("lora_targets", "warmup_steps", "scale_rewards", "loss_type", "max_grad_norm"):
-        entry[key] = shared[key]
-    try:
-        return Allocation(**entry)
-    except ValueError as exc:
-        raise ConfigError(f"allocations.{name}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -272,31 +327,33 @@ class EvalSpec:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def eval_targets(config: dict) -> list[str]:
-    return list(config["eval"].get("targets") or TARGETS)
+def _race(key: str):
+    return field(default=default("race", key))
 
 
-def eval_prm(config: dict) -> str | None:
-    """The PRM that reranks best-of-n samples: ``eval.prm``, else the last of ``prm.sizes``
-    (the strong one, when they are listed weakest first as the default config does); None
-    when there is none (``prm_bon`` is then skipped, with the reason recorded)."""
-    sizes = config["prm"]["sizes"]
-    return config["eval"].get("prm") or (sizes[-1] if sizes else None)
+@dataclass(frozen=True)
+class RaceSpec:
+    """The ``race:`` section: the pilot grid (its rungs, the targets it ranks, how many
+    configs it selects) and the validation (budget, seeds, the baseline always validated).
+    None: the default the study resolves (:class:`race.core.study.Study`)."""
 
+    enabled: bool = _race("enabled")
+    pilot_rungs: tuple[float, ...] | None = None
+    validation_budget: float | None = None
+    validation_seeds: tuple[int, ...] = _race("validation_seeds")
+    top_k: int = _race("top_k")
+    baseline: str | None = None
+    targets: tuple[str, ...] | None = None
 
-def race_targets(config: dict) -> list[str]:
-    """Targets the RACE pilot ranks: ``race.targets``, else every evaluated target the pilot
-    rungs have a value for (not the search targets when they run only at the top rung, not
-    ``prm_bon`` without a PRM)."""
-    if config["race"].get("targets"):
-        return list(config["race"]["targets"])
-    return [t for t in eval_targets(config)
-            if not (search_only_at_top(config) and t in SEARCH_TARGETS)
-            and not (t == "prm_bon" and eval_prm(config) is None)]
+    def __post_init__(self):
+        for name in ("pilot_rungs", "validation_seeds", "targets"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        _check_against_schema(self, "race")
 
-
-def search_only_at_top(config: dict) -> bool:
-    return config["eval"].get("search_at", default("eval", "search_at")) == "base_and_top"
+    @classmethod
+    def from_config(cls, section: dict | None) -> RaceSpec:
+        return _from_section(cls, section, "race")
 
 
 # --------------------------------------------------------------------------- base policies
@@ -424,18 +481,6 @@ class RewardSpec:
         return _from_section(cls, entry, f"rewards.{name}")
 
 
-def reward_model(reward: dict) -> str | None:
-    """The feedback model a ``rewards:`` entry names (its PRM or ORM), or None for a rule
-    reward."""
-    return RewardSpec.from_config(reward).model
-
-
-def reward_spec(config: dict, name: str) -> RewardSpec:
-    """A ``rewards:`` entry with its PRM resolved to a directory (or hub id)."""
-    spec = RewardSpec.from_config(config["rewards"][name], name)
-    return replace(spec, prm=prm_dir(config, spec.prm)) if spec.prm else spec
-
-
 @dataclass(frozen=True)
 class MlflowSpec:
     """Where MLflow runs go (``mlflow:``; the experiment defaults to the study name)."""
@@ -447,15 +492,3 @@ class MlflowSpec:
 
     def __post_init__(self):
         _check_against_schema(self, "mlflow")
-
-
-def mlflow_spec(config: dict) -> MlflowSpec:
-    m = config["mlflow"]
-    return MlflowSpec(enabled=m["enabled"], tracking_uri=m["tracking_uri"],
-                      artifact_root=m["artifact_root"],
-                      experiment=m.get("experiment") or config["study"])
-
-
-def mlflow_live(config: dict) -> bool:
-    """Whether training jobs log to MLflow themselves (``mlflow.enabled`` and ``live``)."""
-    return bool(config["mlflow"]["enabled"] and config["mlflow"]["live"])

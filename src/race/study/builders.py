@@ -19,166 +19,138 @@ from __future__ import annotations
 
 import json
 
-from race.core import cells as C
-from race.core.jobs import (
-    EvalJob,
-    PretrainJob,
-    PrmJob,
-    Snapshot,
-    TrainJob,
-    as_dict,
-)
-from race.core.specs import (
-    SEARCH_TARGETS,
-    EvalSpec,
-    PretrainSpec,
-    PRMSpec,
-    TeacherSpec,
-    allocation,
-    eval_prm,
-    mlflow_live,
-    mlflow_spec,
-    reward_spec,
-)
+from race.core.cells import Cell, format_budget, is_ladder, parse_key, rung_dir
+from race.core.errors import ConfigError
+from race.core.jobs import EvalJob, PretrainJob, PrmJob, Snapshot, TrainJob, as_dict
+from race.core.specs import SEARCH_TARGETS
+from race.core.study import Study
 
 # --------------------------------------------------------------------------- builders
 
 
-def train_run_options(config: dict) -> dict:
-    """A training job's :data:`RUN_OPTIONS` from the config."""
+def train_run_options(study: Study) -> dict:
+    """A training job's :data:`RUN_OPTIONS` from the study."""
     return {
         # Live logging from the training job; otherwise the mlflow_log job mirrors the folder.
-        "mlflow": mlflow_spec(config) if mlflow_live(config) else None,
-        "save_every": config["training"]["save_every"],
+        "mlflow": study.mlflow if study.mlflow_live else None,
+        "save_every": study.training.save_every,
     }
 
 
-def train_job(config: dict, cell: C.Cell) -> TrainJob:
-    t = config["training"]
+def train_job(study: Study, cell: Cell) -> TrainJob:
+    t = study.training
     return TrainJob(
-        base=C.base_dir(config, cell.size),
-        train_data=str(C.results(config) / "data" / "train.jsonl"),
-        run_dir=str(C.run_dir(config, cell)),
-        rungs=C.cell_rungs(config, cell),
-        alloc=allocation(config, cell.alloc),
-        reward=reward_spec(config, cell.reward),
+        base=study.base_dir(cell.size),
+        train_data=str(study.results / "data" / "train.jsonl"),
+        run_dir=str(study.run_dir(cell)),
+        rungs=study.cell_rungs(cell),
+        alloc=study.allocations[cell.alloc],
+        reward=study.reward(cell.reward),
         seed=cell.seed,
         run_key=cell.key,
-        study=config["study"],
-        **train_run_options(config),
-        attn_implementation=t["attn_implementation"],
-        gradient_checkpointing=t["gradient_checkpointing"],
-        dtype=t["dtype"],
-        device=config["device"],
-        results_dir=str(C.results(config)),
+        study=study.name,
+        **train_run_options(study),
+        attn_implementation=t.attn_implementation,
+        gradient_checkpointing=t.gradient_checkpointing,
+        dtype=t.dtype,
+        device=study.device,
+        results_dir=str(study.results),
         tags={"size": cell.size, "reward": cell.reward, "alloc": cell.alloc,
               "seed": str(cell.seed)},
     )
 
 
-def _eval_job(config: dict, policy: str, snapshots: list[Snapshot], reward: str,
-              temperature: float, run_dir: str | None, spec: EvalSpec | None = None) -> EvalJob:
-    prm = eval_prm(config)
-    spec = spec or EvalSpec.from_config(config["eval"])
+def _eval_job(study: Study, policy: str, snapshots: list[Snapshot], reward: str,
+              temperature: float, run_dir: str | None) -> EvalJob:
+    prm = study.eval_prm
     return EvalJob(
         policy=policy,
-        data_dir=str(C.results(config) / "data"),
+        data_dir=str(study.results / "data"),
         snapshots=snapshots,
         # native_reward is measured at the temperature the cell trained with.
-        spec=spec.with_overrides(train_temperature=temperature),
-        reward=reward_spec(config, reward),
-        prm=C.prm_dir(config, prm) if prm else None,
-        results_dir=str(C.results(config)),
-        dtype=config["training"]["dtype"],
-        device=config["device"],
+        spec=study.eval.with_overrides(train_temperature=temperature),
+        reward=study.reward(reward),
+        prm=study.prm_dir(prm) if prm else None,
+        results_dir=str(study.results),
+        dtype=study.training.dtype,
+        device=study.device,
         run_dir=run_dir,
-        study=config["study"],
+        study=study.name,
     )
 
 
-def eval_job(config: dict, cell: C.Cell, budget: float | None = None) -> EvalJob:
-    """Every evaluated rung of a cell (:func:`race.study.cells.evaluated_rungs`), or only
-    ``budget``."""
-    rungs = evaluated = C.evaluated_rungs(config, cell)
+def eval_job(study: Study, cell: Cell, budget: float | None = None) -> EvalJob:
+    """Every evaluated rung of a cell (:meth:`race.core.study.Study.evaluated_rungs`), or
+    only ``budget``."""
+    rungs = evaluated = study.evaluated_rungs(cell)
     if budget is not None:
         if float(budget) not in rungs:
-            raise C.ConfigError(f"--budget {budget:g}: not an evaluated rung of {cell.key} "
-                                f"({', '.join(C.format_budget(b) for b in rungs)})")
+            raise ConfigError(f"--budget {budget:g}: not an evaluated rung of {cell.key} "
+                              f"({', '.join(format_budget(b) for b in rungs)})")
         rungs = [float(budget)]
-    run = C.run_dir(config, cell)
+    run = study.run_dir(cell)
     top = max(evaluated)
-    spec = EvalSpec.from_config(config["eval"])
     # Below the top rung, eval.search_at: base_and_top leaves out maj_k and prm_bon.
-    below_top = ([t for t in spec.targets if t not in SEARCH_TARGETS]
-                 if spec.search_at == "base_and_top" else None)
+    below_top = ([t for t in study.eval.targets if t not in SEARCH_TARGETS]
+                 if study.search_only_at_top else None)
     snapshots = [Snapshot(str(folder), str(folder / "eval.json"),
                           None if float(b) == float(top) else below_top)
-                 for b in rungs for folder in [C.rung_dir(run, b)]]
-    return _eval_job(config, C.base_dir(config, cell.size), snapshots, cell.reward,
-                     allocation(config, cell.alloc).temperature, str(run), spec)
+                 for b in rungs for folder in [rung_dir(run, b)]]
+    return _eval_job(study, study.base_dir(cell.size), snapshots, cell.reward,
+                     study.allocations[cell.alloc].temperature, str(run))
 
 
-def base_reward(config: dict) -> str:
-    """The reward a base policy's native_reward is measured under: the first reward system
-    (the other systems' base rows leave it empty rather than show another reward's number)."""
-    return next(iter(config["rewards"]))
-
-
-def base_eval_job(config: dict, size: str) -> EvalJob:
+def base_eval_job(study: Study, size: str) -> EvalJob:
     """A ladder base policy: the budget-0 point of its curves, its native reward under
-    :func:`base_reward` at the shared training temperature."""
-    base = C.base_dir(config, size)
-    return _eval_job(config, base, [Snapshot(None, f"{base}/eval.json")], base_reward(config),
-                     config["training"]["temperature"], None)
+    :attr:`race.core.study.Study.base_reward` at the shared training temperature."""
+    base = study.base_dir(size)
+    return _eval_job(study, base, [Snapshot(None, f"{base}/eval.json")], study.base_reward,
+                     study.training.temperature, None)
 
 
-def pretrain_job(config: dict, size: str) -> PretrainJob:
-    results = C.results(config)
-    return PretrainJob(size=size, data_dir=str(results / "data"),
-                       tokenizer_dir=str(results / "tokenizer"),
-                       out_dir=C.base_dir(config, size),
-                       spec=PretrainSpec.from_config(config["pretrain"]),
-                       teacher=TeacherSpec.from_config(config.get("teacher")),
-                       max_value=config["task"]["max_value"], device=config["device"])
+def pretrain_job(study: Study, size: str) -> PretrainJob:
+    return PretrainJob(size=size, data_dir=str(study.results / "data"),
+                       tokenizer_dir=str(study.results / "tokenizer"),
+                       out_dir=study.base_dir(size), spec=study.pretrain,
+                       teacher=study.teacher, max_value=study.task.max_value,
+                       device=study.device)
 
 
-def prm_job(config: dict, size: str) -> PrmJob:
-    ladder = [s for s in config["sizes"] if C.is_ladder(s)]
-    return PrmJob(size=size, policies=[C.base_dir(config, s) for s in ladder],
-                  data_dir=str(C.results(config) / "data"), out_dir=C.prm_dir(config, size),
-                  spec=PRMSpec.from_config(config["prm"]), device=config["device"])
+def prm_job(study: Study, size: str) -> PrmJob:
+    ladder = [s for s in study.sizes if is_ladder(s)]
+    return PrmJob(size=size, policies=[study.base_dir(s) for s in ladder],
+                  data_dir=str(study.results / "data"), out_dir=study.prm_dir(size),
+                  spec=study.prm, device=study.device)
 
 
-def _ladder_size(key: str, sizes: list[str], what: str) -> str:
-    parts = C.parse_key(key)
+def _ladder_size(key: str, sizes: tuple[str, ...], what: str) -> str:
+    parts = parse_key(key)
     size = parts.get("size")
-    if set(parts) != {"size"} or size not in sizes or not C.is_ladder(size):
-        raise C.ConfigError(f"--cell {key!r}: expected size~NAME with NAME a ladder {what} of "
-                            f"the config ({', '.join(s for s in sizes if C.is_ladder(s))})")
+    if set(parts) != {"size"} or size not in sizes or not is_ladder(size):
+        raise ConfigError(f"--cell {key!r}: expected size~NAME with NAME a ladder {what} of "
+                          f"the config ({', '.join(s for s in sizes if is_ladder(s))})")
     return size
 
 
-def job_for_cell(verb: str, config: dict, key: str, budget: float | None = None):
+def job_for_cell(verb: str, study: Study, key: str, budget: float | None = None):
     """The job of ``race <verb> --config FILE --cell KEY``: a grid or validation cell
     (``size~S/reward~R/alloc~A/seed~N``) for train and evaluate, a ladder size (``size~S``)
     for pretrain, prm and a base policy's evaluation."""
     if budget is not None and verb != "evaluate":
-        raise C.ConfigError(f"--budget applies to evaluate only, not {verb}")
+        raise ConfigError(f"--budget applies to evaluate only, not {verb}")
     if verb == "pretrain":
-        return pretrain_job(config, _ladder_size(key, config["sizes"], "size"))
+        return pretrain_job(study, _ladder_size(key, study.sizes, "size"))
     if verb == "prm":
-        return prm_job(config, _ladder_size(key, config["prm"]["sizes"], "PRM size"))
+        return prm_job(study, _ladder_size(key, study.prm_sizes, "PRM size"))
     if verb == "evaluate" and "/" not in key.strip("/"):
         if budget is not None:
-            raise C.ConfigError("--budget: a base policy has no budget rungs")
-        return base_eval_job(config, _ladder_size(key, config["sizes"], "size"))
-    cell = C.parse_cell(key, config)
-    return train_job(config, cell) if verb == "train" else eval_job(config, cell, budget)
+            raise ConfigError("--budget: a base policy has no budget rungs")
+        return base_eval_job(study, _ladder_size(key, study.sizes, "size"))
+    cell = study.parse_cell(key)
+    return train_job(study, cell) if verb == "train" else eval_job(study, cell, budget)
 
 
-
-
-def run_options_json(verb: str, config: dict) -> str:
-    """The verb's :data:`RUN_OPTIONS` from the config, as ``--run-options`` JSON."""
-    options = train_run_options(config) if verb == "train" else {}
+def run_options_json(verb: str, study: Study) -> str:
+    """The verb's :data:`RUN_OPTIONS` from the study, as ``--run-options`` JSON."""
+    options = train_run_options(study) if verb == "train" else {}
     return json.dumps(options, sort_keys=True, default=as_dict)

@@ -1,14 +1,15 @@
 """The study config: the one reader, validation, and the checks the schema cannot express.
 
-:func:`load_config` reads YAML (rejecting duplicate keys, which plain YAML silently overwrites;
+:func:`load_study` reads YAML (rejecting duplicate keys, which plain YAML silently overwrites;
 reading ``1e18`` as a number, as YAML 1.2 does and YAML 1.1 does not), fixes the numbers a YAML
 1.1 reader left as strings and checks the FLOP-valued keys (:func:`coerce_numbers`, which the
 Snakefile runs too, on the config Snakemake read), validates it against the package's
-``config.schema.yaml`` (filling defaults: the schema is the single source of defaults), then
-runs the cross-field checks of :func:`check_config`. Every error is a :class:`ConfigError`
+``config.schema.yaml`` (filling defaults; the schema owns every type, range, enum and
+default), types it into a :class:`race.core.study.Study`, then runs the rules between keys
+(:func:`check_study`, one function per group of rules). Every error is a :class:`ConfigError`
 whose message starts with the offending key, raised before anything is written under
-``results/``. The grid and its paths are :mod:`race.study.cells`; the jobs built from config +
-cell are :mod:`race.study.builders`.
+``results/``. The grid and its paths are the Study's; the jobs built from a study and a cell
+are :mod:`race.study.builders`.
 """
 
 from __future__ import annotations
@@ -25,18 +26,8 @@ from race.core.cells import cell_key, fits_wildcard, format_budget, is_hub_id, i
 from race.core.errors import ConfigError
 from race.core.ladder import LADDER_DIALS
 from race.core.schema import SCHEMA, properties, schema
-from race.core.specs import (
-    REWARD_KEYS,
-    REWARD_MODEL_KEY,
-    SEARCH_TARGETS,
-    TaskSpec,
-    TeacherSpec,
-    allocation,
-    eval_prm,
-    eval_targets,
-    race_targets,
-    reward_model,
-)
+from race.core.specs import REWARD_KEYS, REWARD_MODEL_KEY, SEARCH_TARGETS
+from race.core.study import Study
 
 # --------------------------------------------------------------------------- loading
 
@@ -225,16 +216,31 @@ def _schema_message(exc) -> str:
     return f"{key}: {head}" if key else f"config schema: {head}"
 
 
-def load_config(path: str | Path) -> dict:
-    """A validated config from a YAML file, or -- when ``path`` is inline JSON (starts with
-    ``{``) -- the config slice a workflow rule passes to its command, already validated when
-    the Snakefile was parsed (so it is returned as is)."""
+def load_study(path: str | Path) -> Study:
+    """The study of a YAML file: read, checked against the schema with its defaults filled
+    in, typed, then the cross-field checks (:func:`check_study`); or -- when ``path`` is
+    inline JSON (starts with ``{``) -- the config slice a workflow rule passes to its
+    command, already checked when the Snakefile was parsed (typed as it is)."""
     text = str(path).lstrip()
     if text.startswith("{"):
-        return json.loads(text)
+        return Study.from_config(json.loads(text))
     config = coerce_numbers(read_yaml(path))
     check_as_written(config)
-    return check_config(validate_schema(config))
+    return check_study(typed_study(validate_schema(config)))
+
+
+def load_config(path: str | Path) -> dict:
+    """The resolved config mapping of :func:`load_study` (every default filled in)."""
+    return dict(load_study(path).config)
+
+
+def typed_study(config: dict) -> Study:
+    """:meth:`Study.from_config`, its errors (a rule between the keys of one section, such
+    as the task's step ranges) as :class:`ConfigError` s naming the key."""
+    try:
+        return Study.from_config(config)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def is_model_spec(spec: str) -> bool:
@@ -245,16 +251,10 @@ def is_model_spec(spec: str) -> bool:
             or is_hub_id(spec))
 
 
-def config_slice(config: dict, *keys: str) -> str:
-    """JSON of the named top-level sections: what a rule hands its command (and what
-    Snakemake's params trigger compares, so editing another section reruns nothing here)."""
-    return json.dumps({k: config[k] for k in keys if k in config}, sort_keys=True)
-
-
 # --------------------------------------------------------------------------- cross-field checks
 
 
-def _unique(items: list, key: str) -> None:
+def _unique(items, key: str) -> None:
     seen = set()
     for i, item in enumerate(items):
         if item in seen:
@@ -262,16 +262,17 @@ def _unique(items: list, key: str) -> None:
         seen.add(item)
 
 
-def max_prompt_tokens(task: dict) -> int | None:
-    """Longest training prompt in characters (= tokens of the char tokenizer): the start
-    value, then ``max_steps`` operations, then ``=?\n``."""
-    if task["kind"] != "arithmetic":
+def max_prompt_tokens(study: Study) -> int | None:
+    """Longest training prompt of the arithmetic task in characters (= tokens of the char
+    tokenizer): the start value, then ``max_steps`` operations, then ``=?\n``; None for
+    another task, whose prompt lengths are known once its data is built."""
+    if study.source.kind != "arithmetic":
         return None
-    return (len(str(task["max_value"])) + task["max_steps"] * (1 + len(str(task["max_operand"])))
-            + 3)
+    task = study.task
+    return len(str(task.max_value)) + task.max_steps * (1 + len(str(task.max_operand))) + 3
 
 
-def first_step_bound(config: dict, size: str, alloc_name: str, reward_name: str,
+def first_step_bound(study: Study, size: str, alloc_name: str, reward_name: str,
                      max_prompt: int) -> int | None:
     """The model FLOPs the trainer reserves before a cell's first step
     (:func:`race.flops.meter.generation_step_bound`: prompts of ``max_prompt`` tokens, full
@@ -286,26 +287,25 @@ def first_step_bound(config: dict, size: str, alloc_name: str, reward_name: str,
         arch = flops.resolve_arch(size, vocab=VOCAB_SIZE if is_ladder(size) else None)
     except (ValueError, FileNotFoundError, KeyError):
         return None
-    alloc = allocation(config, alloc_name)
+    alloc = study.allocations[alloc_name]
     meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations,
-                      grad_ckpt=config["training"]["gradient_checkpointing"])
-    reward = config["rewards"][reward_name]
-    reads = reward_reads(size, reward_model(reward),
-                         "sequence" if reward["type"] == "orm" else "token")
+                      grad_ckpt=study.training.gradient_checkpointing)
+    reward = study.rewards[reward_name]
+    reads = reward_reads(size, reward.model, "sequence" if reward.type == "orm" else "token")
     return generation_step_bound(meter, alloc.rows, max_prompt, alloc.max_completion_length,
                                  reads)
 
 
-def smallest_step_check(config: dict) -> None:
+def _check_first_rung(study: Study) -> None:
     """Every cell's first rung must afford one step (:func:`first_step_bound`)."""
-    max_prompt = max_prompt_tokens(config["task"])
+    max_prompt = max_prompt_tokens(study)
     if max_prompt is None:
         return  # prompt lengths are known only once the data is built; race train checks
-    first = float(config["budgets"][0])
-    for size in config["sizes"]:
-        for alloc_name in config["allocations"]:
-            for reward_name in config["rewards"]:
-                bound = first_step_bound(config, size, alloc_name, reward_name, max_prompt)
+    first = study.budgets[0]
+    for size in study.sizes:
+        for alloc_name in study.allocations:
+            for reward_name in study.rewards:
+                bound = first_step_bound(study, size, alloc_name, reward_name, max_prompt)
                 if bound is not None and bound > first:
                     raise ConfigError(
                         f"budgets[0]: {first:.3g} FLOPs is below one step of cell "
@@ -313,48 +313,43 @@ def smallest_step_check(config: dict) -> None:
                         "model FLOPs): raise the first rung or shrink that allocation")
 
 
-def _check_reward(name: str, reward: dict, prm_sizes: list) -> None:
-    """A ``rewards:`` entry that needs a model names one that exists (a trained ladder PRM, a
-    folder or a hub id); which keys it may hold is :func:`check_as_written`'s."""
-    if not fits_wildcard("reward", name):
-        raise ConfigError(f"rewards.{name}: names may use letters, digits and _ . + -")
-    kind = reward["type"]
-    wanted = REWARD_MODEL_KEY[kind]
-    if wanted is None:
-        return
-    model = reward.get(wanted)
-    if not model:
-        raise ConfigError(f"rewards.{name}.{wanted}: the {kind} reward needs a "
-                          f"{'PRM' if wanted == 'prm' else 'model path or hub id'}")
-    if wanted == "prm" and model in prm_sizes:
-        return
-    if not (Path(model).is_dir() or is_hub_id(model)):
-        ladder = f"one of prm.sizes {prm_sizes}, " if wanted == "prm" else ""
-        raise ConfigError(f"rewards.{name}.{wanted}: {model!r} is not {ladder}an existing "
-                          "folder or a hub id (org/name)")
+def _check_rewards(study: Study) -> None:
+    """A reward's name fits a path, and one that needs a model names one that exists (a
+    trained ladder PRM, a folder or a hub id); which keys it may hold is
+    :func:`check_as_written`'s."""
+    for name, reward in study.rewards.items():
+        if not fits_wildcard("reward", name):
+            raise ConfigError(f"rewards.{name}: names may use letters, digits and _ . + -")
+        wanted = REWARD_MODEL_KEY[reward.type]
+        if wanted is None:
+            continue
+        model = reward.model
+        if not model:
+            raise ConfigError(f"rewards.{name}.{wanted}: the {reward.type} reward needs a "
+                              f"{'PRM' if wanted == 'prm' else 'model path or hub id'}")
+        if wanted == "prm" and model in study.prm_sizes:
+            continue
+        if not (Path(model).is_dir() or is_hub_id(model)):
+            ladder = f"one of prm.sizes {list(study.prm_sizes)}, " if wanted == "prm" else ""
+            raise ConfigError(f"rewards.{name}.{wanted}: {model!r} is not {ladder}an existing "
+                              "folder or a hub id (org/name)")
 
 
-def _check_task(task: dict) -> None:
-    """The arithmetic task's shape is consistent (race.data.task.TaskSpec: step ranges,
-    operands); another kind has the keys it reads."""
-    if task["kind"] == "arithmetic":
-        try:
-            TaskSpec.from_config(task)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+def _check_task(study: Study) -> None:
+    """A task kind that reads files or a hub id names them."""
     needs = {"jsonl": ("train_jsonl", "eval_in_jsonl", "eval_ood_jsonl"), "hf": ("hf_id",)}
-    for key in needs.get(task["kind"], ()):
-        if not task.get(key):
-            raise ConfigError(f"task.{key}: required when task.kind is {task['kind']}")
+    for key in needs.get(study.source.kind, ()):
+        if not getattr(study.source, key):
+            raise ConfigError(f"task.{key}: required when task.kind is {study.source.kind}")
 
 
-def _check_ladder_prms(config: dict) -> None:
+def _check_ladder_prms(study: Study) -> None:
     """A PRM trained here (a ladder name in ``prm.sizes``) learns automatic step labels of the
     arithmetic task on completions the ladder's base policies sample, and ``prm.init: base``
     starts it from the base policy of its own size: each needs what it is built from."""
-    ladder = [s for s in config["sizes"] if is_ladder(s)]
-    kind = config["task"]["kind"]
-    for i, size in enumerate(config["prm"]["sizes"]):
+    ladder = [s for s in study.sizes if is_ladder(s)]
+    kind = study.source.kind
+    for i, size in enumerate(study.prm_sizes):
         if not is_ladder(size):
             continue
         if kind != "arithmetic":
@@ -364,16 +359,16 @@ def _check_ladder_prms(config: dict) -> None:
         if not ladder:
             raise ConfigError(f"prm.sizes[{i}]: a ladder PRM is trained on completions of the "
                               "ladder's base policies, and sizes names none")
-        if config["prm"]["init"] == "base" and size not in ladder:
+        if study.prm.init == "base" and size not in ladder:
             raise ConfigError(f"prm.init: base starts PRM {size!r} from the base policy of its "
                               f"size, which sizes does not train; use init: auto or random")
 
 
-def _check_sizes(config: dict) -> None:
+def _check_sizes(study: Study) -> None:
     """Policy and PRM sizes are unique, known, and name a path the workflow can use."""
-    _unique(config["sizes"], "sizes")
-    _unique(config["prm"]["sizes"], "prm.sizes")
-    for key, specs in (("sizes", config["sizes"]), ("prm.sizes", config["prm"]["sizes"])):
+    _unique(study.sizes, "sizes")
+    _unique(study.prm_sizes, "prm.sizes")
+    for key, specs in (("sizes", study.sizes), ("prm.sizes", study.prm_sizes)):
         for i, spec in enumerate(specs):
             if not is_model_spec(spec):
                 raise ConfigError(f"{key}[{i}]: unknown {'PRM ' * (key != 'sizes')}size "
@@ -385,17 +380,15 @@ def _check_sizes(config: dict) -> None:
                                   "(a symlink to it will do)")
 
 
-def _check_allocations(config: dict) -> None:
-    """Allocation names fit a path; each entry over ``training`` makes an Allocation."""
-    for name in config["allocations"]:
+def _check_allocation_names(study: Study) -> None:
+    for name in study.allocations:
         if not fits_wildcard("alloc", name):
             raise ConfigError(f"allocations.{name}: names may use letters, digits and _ . -")
-        allocation(config, name)
 
 
-def _check_budgets(config: dict) -> None:
+def _check_budgets(study: Study) -> None:
     """Rungs strictly increase, and each has a folder name that reads back as itself."""
-    budgets = config["budgets"]
+    budgets = study.budgets
     for i in range(1, len(budgets)):
         if budgets[i] <= budgets[i - 1]:
             raise ConfigError(f"budgets[{i}]: rungs must be strictly increasing "
@@ -408,82 +401,78 @@ def _check_budgets(config: dict) -> None:
             raise ConfigError(f"budgets[{i}]: {budget!r} would be written to budget~{name}, "
                               "which is not exactly it or is another rung's folder: use at most "
                               "7 significant digits")
-    _unique(config["seeds"], "seeds")
+    _unique(study.seeds, "seeds")
 
 
-def _check_teacher(config: dict) -> None:
-    teacher = config.get("teacher") or {}
-    if teacher.get("noisy", True) and config["task"].get("kind", "arithmetic") != "arithmetic" \
-            and any(is_ladder(s) for s in config["sizes"]):
+def _check_teacher(study: Study) -> None:
+    if study.teacher.noisy and study.source.kind != "arithmetic" \
+            and any(is_ladder(s) for s in study.sizes):
         raise ConfigError("teacher.noisy: the noisy teacher corrupts arithmetic chains and "
-                          f"task.kind {config['task']['kind']!r} has none; set teacher.noisy: "
+                          f"task.kind {study.source.kind!r} has none; set teacher.noisy: "
                           "false")
-    TeacherSpec.from_config(teacher)
 
 
-def _check_eval(config: dict) -> None:
+def _check_eval(study: Study) -> None:
     """An hf task has its own OOD split for ood_pass1; a named best-of-n PRM exists."""
-    if (config["task"]["kind"] == "hf" and not config["task"].get("hf_ood_id")
-            and "ood_pass1" in eval_targets(config)):
+    if (study.source.kind == "hf" and not study.source.hf_ood_id
+            and "ood_pass1" in study.eval_targets):
         # Without its own id, eval_ood is hf_id's test split again: the records of eval_in,
         # which ood_pass1 would report as out-of-distribution accuracy.
         raise ConfigError("task.hf_ood_id: required when eval.targets includes ood_pass1 and "
                           "task.kind is hf (eval_ood would be hf_id's test split: eval_in)")
-    bon_prm = config["eval"].get("prm")
-    if bon_prm is not None and bon_prm not in config["prm"]["sizes"] and (
+    bon_prm = study.eval.prm
+    if bon_prm is not None and bon_prm not in study.prm_sizes and (
             is_ladder(bon_prm) or not is_model_spec(bon_prm)):
         raise ConfigError(f"eval.prm: {bon_prm!r} is not one of prm.sizes (a ladder PRM is "
                           "trained here only when prm.sizes names it)")
 
 
-def _check_race(config: dict) -> None:
+def _check_race(study: Study) -> None:
     """The pilot's rungs are budgets, its baseline an allocation, and each target it ranks
     is evaluated and has a value at the pilot rungs."""
-    race, budgets = config["race"], [float(b) for b in config["budgets"]]
-    for i, rung in enumerate(race.get("pilot_rungs") or []):
+    race, budgets = study.race, study.budgets
+    for i, rung in enumerate(race.pilot_rungs or ()):
         if float(rung) not in budgets:
             raise ConfigError(f"race.pilot_rungs[{i}]: {rung:.3g} is not one of budgets")
-    if race.get("validation_budget") is not None and float(race["validation_budget"]) \
-            not in budgets:
+    if race.validation_budget is not None and float(race.validation_budget) not in budgets:
         raise ConfigError("race.validation_budget: must be one of budgets")
-    if race.get("baseline") is not None and race["baseline"] not in config["allocations"]:
-        raise ConfigError(f"race.baseline: {race['baseline']!r} is not an allocation")
-    evaluated = eval_targets(config)
-    for i, target in enumerate(race.get("targets") or []):
+    if race.baseline is not None and race.baseline not in study.allocations:
+        raise ConfigError(f"race.baseline: {race.baseline!r} is not an allocation")
+    evaluated = study.eval_targets
+    for i, target in enumerate(race.targets or ()):
         if target not in evaluated:
             raise ConfigError(f"race.targets[{i}]: {target!r} is not evaluated (eval.targets: "
                               f"{', '.join(evaluated)})")
-        if target in SEARCH_TARGETS and config["eval"]["search_at"] == "base_and_top":
+        if target in SEARCH_TARGETS and study.search_only_at_top:
             raise ConfigError(f"race.targets[{i}]: {target} runs only at the top rung with "
                               "eval.search_at: base_and_top, so the pilot rungs have none")
-        if target == "prm_bon" and eval_prm(config) is None:
+        if target == "prm_bon" and study.eval_prm is None:
             raise ConfigError(f"race.targets[{i}]: prm_bon needs a PRM to rerank with "
                               "(eval.prm or prm.sizes), and the study has none")
-    if race.get("enabled", True) and not race_targets(config):
+    if race.enabled and not study.race_targets:
         raise ConfigError("race.targets: the pilot has no target to rank: every evaluated "
                           f"target ({', '.join(evaluated) or 'none'}) has no value at the pilot "
                           "rungs; name one in race.targets or add one to eval.targets")
-    _unique(race["validation_seeds"], "race.validation_seeds")
+    _unique(race.validation_seeds, "race.validation_seeds")
 
 
-def check_config(config: dict) -> dict:
+def check_study(study: Study) -> Study:
     """The rules between keys, which the schema (types, ranges, enums: checked before this)
-    cannot express, each written once; returns the config unchanged."""
+    cannot express, each written once; returns the study unchanged."""
     from race.study.inputs import InputError, check_inputs
 
-    _check_task(config["task"])
-    _check_sizes(config)
-    for name, reward in config["rewards"].items():
-        _check_reward(name, reward, config["prm"]["sizes"])
-    _check_allocations(config)
-    _check_budgets(config)
-    _check_teacher(config)
-    _check_eval(config)
-    _check_race(config)
-    smallest_step_check(config)
+    _check_task(study)
+    _check_sizes(study)
+    _check_rewards(study)
+    _check_allocation_names(study)
+    _check_budgets(study)
+    _check_teacher(study)
+    _check_eval(study)
+    _check_race(study)
+    _check_first_rung(study)
     try:
-        check_inputs(config)
+        check_inputs(study)
     except InputError as exc:
         raise ConfigError(str(exc)) from None
-    _check_ladder_prms(config)
-    return config
+    _check_ladder_prms(study)
+    return study

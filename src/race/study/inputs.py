@@ -98,20 +98,20 @@ def _local(spec) -> bool:
     return spec is not None and not is_ladder(spec) and Path(str(spec)).exists()
 
 
-def check_inputs(config: dict) -> None:
-    """Check every input file and local model folder the config names."""
-    task = config["task"]
-    if task.get("kind") == "jsonl":
-        pretrained = any(is_ladder(s) for s in config["sizes"])
+def check_inputs(study) -> None:
+    """Check every input file and local model folder a :class:`race.core.study.Study` names."""
+    source = study.source
+    if source.kind == "jsonl":
+        pretrained = any(is_ladder(s) for s in study.sizes)
         for key in ("train_jsonl", "eval_in_jsonl", "eval_ood_jsonl"):
-            if task.get(key):
-                check_task_file(task[key], f"task.{key}",
+            if getattr(source, key):
+                check_task_file(getattr(source, key), f"task.{key}",
                                 solutions=pretrained and key == "train_jsonl")
-    named = [(f"sizes[{i}]", s) for i, s in enumerate(config["sizes"])]
-    named += [(f"prm.sizes[{i}]", s) for i, s in enumerate(config["prm"]["sizes"])]
-    named += [(f"rewards.{name}.{kind}", r.get(kind)) for name, r in config["rewards"].items()
+    named = [(f"sizes[{i}]", s) for i, s in enumerate(study.sizes)]
+    named += [(f"prm.sizes[{i}]", s) for i, s in enumerate(study.prm_sizes)]
+    named += [(f"rewards.{name}.{kind}", getattr(r, kind)) for name, r in study.rewards.items()
               for kind in ("prm", "orm")]
-    named.append(("eval.prm", config["eval"].get("prm")))
+    named.append(("eval.prm", study.eval.prm))
     for key, spec in named:
         if _local(spec):
             check_model_dir(spec, key)

@@ -36,6 +36,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from race.core.cells import is_ladder
+from race.core.study import Study
 from race.flops import analytic as F
 from race.flops.meter import BatchShapes, RewardReads, StepMeter, generation_step
 
@@ -146,7 +147,7 @@ def format_plan(result: dict, label: str) -> str:
     return "\n".join(lines)
 
 
-def study_plan(config: dict) -> dict:
+def study_plan(study: Study) -> dict:
     """A study's planned training model FLOPs by stage, each run charged its budget (an upper
     bound: a run stops within one step below it; evaluation, base policies and PRMs are not
     counted):
@@ -162,25 +163,22 @@ def study_plan(config: dict) -> dict:
     * ``nested_rungs_save``: separate runs to every rung (``one_run_per_rung``) minus
       ``full_grid``.
     """
-    from race.core import cells as C
-    from race.core.specs import race_targets
-
-    cells = C.grid_cells(config)
-    budgets = [float(b) for b in config["budgets"]]
-    race = config["race"]
-    first = sum(c.seed == config["seeds"][0] for c in cells) if race["enabled"] else 0
-    per_reward = min(race["top_k"] * max(1, len(race_targets(config)))
-                     + len(config["sizes"]), len(config["sizes"]) * len(config["allocations"]))
-    extra = [s for s in race["validation_seeds"] if s not in config["seeds"]]
-    runs = len(config["rewards"]) * per_reward * len(extra) if race["enabled"] else 0
-    validation = runs * C.validation_budget(config)
+    cells = study.grid_cells()
+    budgets = list(study.budgets)
+    race = study.race
+    first = sum(c.seed == study.seeds[0] for c in cells) if race.enabled else 0
+    per_reward = min(race.top_k * max(1, len(study.race_targets))
+                     + len(study.sizes), len(study.sizes) * len(study.allocations))
+    extra = [s for s in race.validation_seeds if s not in study.seeds]
+    runs = len(study.rewards) * per_reward * len(extra) if race.enabled else 0
+    validation = runs * study.validation_budget()
     full = len(cells) * budgets[-1]
     separate = len(cells) * sum(budgets)
     return {"cells": len(cells), "top_rung": budgets[-1], "pilot_runs": first,
-            "pilot_rung": max(float(b) for b in C.pilot_rungs(config)),
-            "pilot": first * max(float(b) for b in C.pilot_rungs(config)),
+            "pilot_rung": max(float(b) for b in study.pilot_rungs()),
+            "pilot": first * max(float(b) for b in study.pilot_rungs()),
             "full_grid": full, "validation_runs_at_most": runs,
-            "validation_budget": C.validation_budget(config),
+            "validation_budget": study.validation_budget(),
             "validation_at_most": validation, "total_at_most": full + validation,
             "one_run_per_rung": separate, "nested_rungs_save": separate - full}
 

@@ -23,9 +23,9 @@ import json
 from pathlib import Path
 
 from race.core import cells as C
-from race.core import specs
 from race.core.atomic import write_json_atomic
 from race.core.outputs import CorruptOutputError, read_output
+from race.core.study import Study
 from race.study import builders
 from race.tracking.eval_metrics import log_eval
 from race.tracking.mlflow_runs import RunLogger, ensure_study_run
@@ -34,9 +34,9 @@ from race.tracking.study_run import finish_study_run
 SYNC_FILE = "mlflow_synced.json"
 
 
-def expected_evals(config: dict, cell: C.Cell) -> list[Path]:
+def expected_evals(study: Study, cell: C.Cell) -> list[Path]:
     """The eval.json files of a cell: those its evaluation job writes."""
-    return [Path(s.out) for s in builders.eval_job(config, cell).snapshots]
+    return [Path(s.out) for s in builders.eval_job(study, cell).snapshots]
 
 
 def _metrics_rows(run_dir: Path) -> list[dict]:
@@ -62,7 +62,7 @@ def _digest(paths: list[Path]) -> str:
     return h.hexdigest()
 
 
-def mirror_run(config: dict, cell: C.Cell, spec) -> dict:
+def mirror_run(study: Study, cell: C.Cell, spec) -> dict:
     """Make one cell's MLflow run hold exactly its run folder's points; returns what was
     logged now (0s when already mirrored).
 
@@ -72,18 +72,18 @@ def mirror_run(config: dict, cell: C.Cell, spec) -> dict:
     after a config change) makes the mirror re-create the run from the files: the old run
     goes to MLflow's trash, so every (key, step) keeps one value, the files' latest.
     """
-    job = builders.train_job(config, cell)
+    job = builders.train_job(study, cell)
     run_dir = Path(job.run_dir)
     if not (run_dir / C.DONE).exists():
         raise FileNotFoundError(f"{run_dir}: the run has not finished ({C.DONE} is missing)")
-    eval_paths = expected_evals(config, cell)
+    eval_paths = expected_evals(study, cell)
     missing = [str(p) for p in eval_paths if not p.exists()]
     if missing:
         raise FileNotFoundError(f"missing evaluation(s): {', '.join(missing)}")
     digest = _digest([run_dir / "metrics.jsonl", *eval_paths])
     rows = _metrics_rows(run_dir)
     times = [int(r["time"] * 1000) for r in rows if r.get("time") is not None]
-    logger = RunLogger(spec, run_dir, cell.key, config["study"], run_params(config, cell, job),
+    logger = RunLogger(spec, run_dir, cell.key, study.name, run_params(study, cell, job),
                        tags=job.tags, start_time=min(times, default=None))
     end = max(times, default=None)
     if logger.params_changed:  # MLflow never changes a logged param: a new run holds them
@@ -117,7 +117,7 @@ def mirror_run(config: dict, cell: C.Cell, spec) -> dict:
             "eval_values_logged": sum(len(v) for k, v in sent.items() if k.startswith("eval/"))}
 
 
-def run_params(config: dict, cell: C.Cell, job) -> dict:
+def run_params(study: Study, cell: C.Cell, job) -> dict:
     """The params a researcher filters a cell's runs on: the training job's (allocation with
     its effective LoRA alpha, reward, seed, budget), the cell's names, the policy's parameter
     counts (all, and non-embedding as in the scaling-law literature), and the study's task,
@@ -132,19 +132,19 @@ def run_params(config: dict, cell: C.Cell, job) -> dict:
     except (OSError, ValueError):  # a hub id the machine cannot resolve: counts unknown
         pass
     for section in ("task", "pretrain", "eval"):
-        out.update({f"{section}.{k}": v for k, v in (config.get(section) or {}).items()})
+        out.update({f"{section}.{k}": v for k, v in (study.config.get(section) or {}).items()})
     return out
 
 
-def forget_lost_store(config: dict, dry_run: bool = False) -> list[str]:
+def forget_lost_store(study: Study, dry_run: bool = False) -> list[str]:
     """When the study's sqlite tracking DB is gone, delete the mirror's summary
     (``mlflow/logged.json``) so that the workflow's mlflow_log job runs again and rebuilds the
     store from the run folders; returns a log line per file deleted (``dry_run``: per file a
     real run would delete; nothing is). (A tracking server's store cannot be checked without
     reaching it: run ``snakemake --forcerun mlflow_log``.)"""
-    uri = config["mlflow"]["tracking_uri"]
-    logged = C.results(config) / "mlflow" / "logged.json"
-    if not (config["mlflow"]["enabled"] and uri.startswith("sqlite:///") and logged.exists()):
+    uri = study.mlflow.tracking_uri
+    logged = study.results / "mlflow" / "logged.json"
+    if not (study.mlflow.enabled and uri.startswith("sqlite:///") and logged.exists()):
         return []
     db = Path(uri.removeprefix("sqlite:///"))
     if db.exists():
@@ -156,32 +156,32 @@ def forget_lost_store(config: dict, dry_run: bool = False) -> list[str]:
     return [line + "the run folders"]
 
 
-def write_mirror(config: dict, selected_path: str | Path | None, out: str | Path,
+def write_mirror(study: Study, selected_path: str | Path | None, out: str | Path,
                  reports: str | Path | None = None) -> dict:
     """``race mlflow-log``: mirror the study (the grid, and the validation runs of the RACE
     selection in ``selected_path``), attach ``reports`` to the study run, and write the
     summary to ``out``; returns it."""
-    if not config["mlflow"]["enabled"]:
+    if not study.mlflow.enabled:
         raise ValueError("mlflow.enabled is false in the config")
     selected = read_output(selected_path)["selected"] if selected_path else []
-    summary = mirror_study(config, selected, reports)
+    summary = mirror_study(study, selected, reports)
     write_json_atomic(out, summary)
     return summary
 
 
-def mirror_study(config: dict, selected: list[dict], reports: str | Path | None = None) -> dict:
+def mirror_study(study: Study, selected: list[dict], reports: str | Path | None = None) -> dict:
     """Mirror every grid cell and every validation run of ``selected`` (RACE's selection),
     each nested under the study run, then finish the study run
     (:func:`race.tracking.study_run.finish_study_run`)."""
     from mlflow.tracking import MlflowClient
 
-    spec = specs.mlflow_spec(config)
-    experiment_id, study_run = ensure_study_run(spec, config["study"],
-                                                C.results(config) / "mlflow")
-    cells = C.grid_cells(config) + C.validation_cells(config, selected)
-    runs = {c.key: mirror_run(config, c, spec) for c in cells}
-    study = finish_study_run(MlflowClient(tracking_uri=spec.tracking_uri), study_run, config,
-                             [C.run_dir(config, c) for c in cells], reports)
+    spec = study.mlflow
+    experiment_id, study_run = ensure_study_run(spec, study.name,
+                                                study.results / "mlflow")
+    cells = study.grid_cells() + study.validation_cells(selected)
+    runs = {c.key: mirror_run(study, c, spec) for c in cells}
+    summary = finish_study_run(MlflowClient(tracking_uri=spec.tracking_uri), study_run, study,
+                               [study.run_dir(c) for c in cells], reports)
     return {"experiment_id": experiment_id, "study_run_id": study_run,
-            "tracking_uri": spec.tracking_uri, "live": specs.mlflow_live(config),
-            "study": study, "runs": runs}
+            "tracking_uri": spec.tracking_uri, "live": study.mlflow_live,
+            "study": summary, "runs": runs}

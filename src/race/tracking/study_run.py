@@ -18,9 +18,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from race.core import cells as C
 from race.core.cpu_kernels import kernel_settings
 from race.core.outputs import read_output
+from race.core.study import Study
 from race.tracking.mlflow_runs import locked
 
 #: the distributions whose versions decide the numbers (and the workflow that ran them)
@@ -51,7 +51,7 @@ def git_commit(cwd: str | Path = ".") -> str:
     return commit + ("+dirty" if dirty.strip() else "")
 
 
-def summary_metrics(config: dict, run_dirs: list[Path], reports: Path | None) -> dict:
+def summary_metrics(study: Study, run_dirs: list[Path], reports: Path | None) -> dict:
     """``study/cells`` (runs mirrored), ``study/model_flops`` (training model FLOPs spent by
     all of them, the top rung of each), and from ``reports/regime.csv``, when the reports are
     there, ``study/regime_cells`` and ``study/decided_cells`` (winner at z >= 2)."""
@@ -83,21 +83,21 @@ def _changed_summary(client, run_id: str, metrics: dict) -> list:
     return out
 
 
-def finish_study_run(client, run_id: str, config: dict, run_dirs: list[Path],
+def finish_study_run(client, run_id: str, study: Study, run_dirs: list[Path],
                      reports: str | Path | None = None) -> dict:
     """Tag, attach and finish the study run; returns the summary metrics."""
     from mlflow.entities import RunTag
 
     reports = Path(reports) if reports is not None else None
-    tags = {"git_commit": git_commit(), "results_dir": str(C.results(config)), **versions(),
+    tags = {"git_commit": git_commit(), "results_dir": str(study.results), **versions(),
             **kernel_settings()}
-    metrics = summary_metrics(config, run_dirs, reports)
-    with locked(C.results(config) / "mlflow"):  # two mirrors at once: one logs the change
+    metrics = summary_metrics(study, run_dirs, reports)
+    with locked(study.results / "mlflow"):  # two mirrors at once: one logs the change
         client.log_batch(run_id, metrics=_changed_summary(client, run_id, metrics),
                          tags=[RunTag(k, v) for k, v in tags.items()])
     with tempfile.TemporaryDirectory() as tmp:
         resolved = Path(tmp) / "config.json"
-        resolved.write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
+        resolved.write_text(json.dumps(dict(study.config), indent=1, sort_keys=True) + "\n")
         client.log_artifact(run_id, str(resolved))
     if reports is not None and reports.is_dir():
         for path in sorted(reports.glob("*.md")) + sorted(reports.glob("*.csv")):
