@@ -163,7 +163,7 @@ def test_bad_entries_name_their_key(tmp_path, edit, message):
 
 
 def test_reward_entries_take_the_feedback_model_options(tmp_path):
-    """The keys a feedback reward passes to its model (race.study.specs.MODEL_OPTIONS)
+    """The keys a feedback reward passes to its model (race.core.specs.MODEL_OPTIONS)
     are schema keys, so a typo among them is an error rather than a silent default."""
     from race.core.schema import properties
     from race.core.specs import MODEL_OPTIONS

@@ -182,7 +182,7 @@ def test_determinism(tiny_base, reference_run, tmp_path):
 
 
 def test_the_run_records_its_device_peak_and_utilisation(reference_run):
-    """perf.json: where the run computed, with which CPU kernels (race.cpu_kernels) and the
+    """perf.json: where the run computed, with which CPU kernels (race.core.cpu_kernels) and the
     peak its utilisation divides by; every metrics row: the utilisation of each phase the
     step ran (mu = 2: every other step generates, the others reuse its batch and run no
     rollout)."""
@@ -531,18 +531,17 @@ def test_bfloat16_policy_when_the_config_asks(tiny_base, tmp_path, monkeypatch):
     import torch
     import yaml
 
-    from race.core.cells import grid_cells
     from race.grpo import run as train_mod
     from race.study import builders
-    from race.study.config import load_config
+    from race.study.config import load_study
 
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml")
                             .read_text())
     config["training"]["dtype"] = "bfloat16"
     (tmp_path / "bf16.yaml").write_text(yaml.safe_dump(config))
-    study = load_config(tmp_path / "bf16.yaml")
-    assert builders.train_job(study, grid_cells(study)[0]).dtype == "bfloat16"
-    assert builders.eval_job(study, grid_cells(study)[0]).dtype == "bfloat16"
+    study = load_study(tmp_path / "bf16.yaml")
+    assert builders.train_job(study, study.grid_cells()[0]).dtype == "bfloat16"
+    assert builders.eval_job(study, study.grid_cells()[0]).dtype == "bfloat16"
 
     seen: list[set] = []
     base_cls = train_mod.metered_trainer_class

@@ -27,7 +27,7 @@ KNOB_COLUMNS = [
 ]
 
 #: The phases charged to a budget are race.flops.ledger.BUDGET_PHASES and the evaluation
-#: targets race.study.specs.TARGETS: each list is defined once, where it belongs.
+#: targets race.core.specs.TARGETS: each list is defined once, where it belongs.
 
 #: What the run bought up to this rung.
 LEDGER_COLUMNS = (

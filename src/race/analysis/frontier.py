@@ -413,7 +413,7 @@ def missing_cells(df: pd.DataFrame, targets: list[str] | None = None,
     budget seen in that stage. ``reason`` is "no row" (``target`` = "all") or "NaN acc_<t>".
     (A validation grid holds only the selected configs: an unselected config is absent at every
     budget and is not "missing".) With ``search_only_at_top`` (``eval.search_at:
-    base_and_top``) the search targets (race.study.specs.SEARCH_TARGETS) are not run between
+    base_and_top``) the search targets (race.core.specs.SEARCH_TARGETS) are not run between
     the base policy and a cell's top rung (its largest budget in the whole table), so their
     NaNs there are by design, not missing.
     """

@@ -1,7 +1,7 @@
 """``race check-config``: validate a study config (schema, cross-field checks, and the task files
 and local model folders it names: race.study.inputs), nothing written; then print the study's
 planned training model FLOPs by stage (pilot, full grid, validation, and what the nested rungs
-save: race.flops.plan.study_plan, each run charged its budget)."""
+save: race.study.plan.study_plan, each run charged its budget)."""
 
 from __future__ import annotations
 

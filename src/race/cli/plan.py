@@ -14,7 +14,7 @@ allocation, the reward's PRM (or ORM) is charged, the prompt length is the arith
 longest prompt (``--prompt-len`` otherwise) and the budget defaults to the largest rung;
 ``--prm ARCH`` stands in for a reward model not resolvable offline (a hub id).
 
-Prints, in model FLOPs (race.flops.plan: real tokens, causal attention, the LoRA policy's
+Prints, in model FLOPs (race.study.plan: real tokens, causal attention, the LoRA policy's
 forward + backward, frozen base), one generation step's cost per phase (rollout, reward,
 learning) and one reuse step's when ``num_iterations > 1`` -- through the trainer's own meter
 (race.flops.meter.StepMeter) -- then the steps, updates and rollouts the budget buys under the

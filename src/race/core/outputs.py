@@ -1,7 +1,7 @@
 """The workflow's JSON outputs: read them validated, and find the damaged ones so that a rerun
 rebuilds them.
 
-RACE writes every JSON output through :mod:`race.atomic` (complete or absent), so a file that
+RACE writes every JSON output through :mod:`race.core.atomic` (complete or absent), so a file that
 does not parse was damaged from outside: a full disk, a copy cut short, an edit by hand. Reading
 one raises :class:`CorruptOutputError` naming the file and the job that writes it, never a bare
 ``JSONDecodeError``. Snakemake cannot tell such a file from a good one (it looks at existence

@@ -355,7 +355,7 @@ class Record:
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict]) -> None:
-    """Write records atomically (race.atomic): a crash never leaves half a file."""
+    """Write records atomically (race.core.atomic): a crash never leaves half a file."""
     from race.core.atomic import write_text_atomic
 
     write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))

@@ -1,4 +1,4 @@
-"""The evaluator: every target of one loaded snapshot, each with its own ``eval`` FLOP ledger
+"""The targets: every target of one loaded snapshot, each with its own ``eval`` FLOP ledger
 (the targets, their intervals and what each is charged are described in
 :mod:`race.evaluation.eval_job`)."""
 

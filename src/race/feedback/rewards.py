@@ -129,7 +129,7 @@ def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | Non
     Keys: ``prm`` / ``orm`` (ladder name, directory or hub id), ``aggregate`` (min),
     ``weight`` (rule+prm, 0.5), ``verifier`` (task | math: the rule+prm verifier, and how a
     PRM reward reads whether a completion states a final answer), and the model options
-    :data:`race.study.specs.MODEL_OPTIONS`. ``tokenizer`` is the policy's (vocabulary probe
+    :data:`race.core.specs.MODEL_OPTIONS`. ``tokenizer`` is the policy's (vocabulary probe
     and ``bound``).
     """
     kind = spec.get("type")

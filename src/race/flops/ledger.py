@@ -161,7 +161,7 @@ class Ledger:
         return cls([LedgerRow(**row) for row in payload["rows"]])
 
     def save(self, path: str | Path, durable: bool = True) -> Path:
-        """Write atomically (:func:`race.atomic.write_text_atomic`): a reader, or a crash,
+        """Write atomically (:func:`race.core.atomic.write_text_atomic`): a reader, or a crash,
         never sees a half-written ledger. ``durable=False`` skips the fsync."""
         from race.core.atomic import write_text_atomic
 

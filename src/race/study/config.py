@@ -108,7 +108,7 @@ def _flops_text(value) -> str:
 
 def coerce_numbers(config: dict) -> dict:
     """Numbers as a researcher writes them, on a config read by any YAML loader (in place;
-    returned): the one step before schema validation, both in :func:`load_config` and in the
+    returned): the one step before schema validation, both in :func:`load_study` and in the
     Snakefile (whose ``config`` Snakemake read with YAML 1.1).
 
     Where the schema wants a number, a string in :data:`SCIENTIFIC` form (``2e10``: what YAML
@@ -157,7 +157,7 @@ def read_yaml(path: str | Path) -> dict:
 def check_as_written(config: dict) -> None:
     """The checks that must see the config as written, before the schema fills in defaults:
     ``eval.train_temperature`` is not written (the workflow sets it per cell); a ``rewards:``
-    entry holds only keys its type reads (:data:`race.study.specs.REWARD_KEYS`;
+    entry holds only keys its type reads (:data:`race.core.specs.REWARD_KEYS`;
     the schema's defaults put ``aggregate``, ``weight`` and ``verifier`` into every entry, so
     afterwards a ``weight`` on a prm reward, which nothing reads, could not be told from its
     default). A value equal to its default is not a setting and passes, so a resolved config

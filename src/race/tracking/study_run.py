@@ -3,7 +3,7 @@
 
 Once the study is mirrored, :func:`finish_study_run` gives it what a reader needs to trust and
 rerun the study: the resolved config (artifact ``config.json``), the git commit of the code and
-the versions of the stack and the CPU kernel settings (:mod:`race.cpu_kernels`; tags: unlike
+the versions of the stack and the CPU kernel settings (:mod:`race.core.cpu_kernels`; tags: unlike
 params they may change between reruns), summary metrics (``study/...``, at step 0) and the
 reports (``report.md``, the tables and the figures) as artifacts; then it is marked FINISHED.
 """
