@@ -629,7 +629,8 @@ def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path):
     assert all((e is None) == bool(y) for s in samples for e, y in zip(s["errors"], s["labels"],
                                                                        strict=True))
     assert held and not held & {s["prompt"] for s in samples if s["split"] == "train"}
-    heldout = read_examples(out / "samples.jsonl")  # what bench/prm_draws.py --score-with reads
+    # what bench/calibration/prm_draws.py --score-with reads
+    heldout = read_examples(out / "samples.jsonl")
     assert len(heldout) == record["examples"]["heldout"]
     assert {e.prompt for e in heldout} == held
     # The trained PRM loads by ladder name and scores.

@@ -31,11 +31,12 @@ import torch
 from bench.common import add_set_option, results_folder, study_config
 from race.core.cells import rung_dir
 from race.core.jobs import TrainJob
-from race.core.specs import EvalSpec, allocation
+from race.core.specs import EvalSpec
 from race.data.task import load_jsonl
 from race.evaluation.snapshot import load_snapshot
 from race.evaluation.targets import Evaluator
 from race.grpo.run import run_training
+from race.study.config import typed_study
 
 
 def scores(policy: str, adapter: Path | None, records, spec: EvalSpec) -> dict:
@@ -65,21 +66,22 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     config = study_config(args.config, args.overrides)
+    study = typed_study(config)
     res = results_folder(config)
-    alloc_name = args.alloc or config["race"].get("baseline") or next(iter(config["allocations"]))
+    alloc_name = args.alloc or study.baseline_alloc()
     records = load_jsonl(res / "data" / "eval_in.jsonl")
-    temperature = allocation(config, alloc_name).temperature
-    spec = EvalSpec.from_config(config["eval"]).with_overrides(
-        targets=("sampled_pass1", "in_pass1"), train_temperature=temperature)
-    rungs = [float(b) for b in config["budgets"]]
+    temperature = study.allocations[alloc_name].temperature
+    spec = study.eval.with_overrides(targets=("sampled_pass1", "in_pass1"),
+                                     train_temperature=temperature)
+    rungs = list(study.budgets)
     print(f"rule reward, alloc {alloc_name}, training {config['training']}")
     print(f"sampled pass@1: {spec.sampled_prompts} prompts x {spec.sampled_k} at T={temperature}")
-    for size in args.sizes or config["sizes"]:
+    for size in args.sizes or study.sizes:
         base = str(res / "base" / f"size~{size}")
         before = scores(base, None, records, spec)
         print(f"{size}: base {line(before)}", flush=True)
         for lr in args.lrs:
-            alloc = replace(allocation(config, alloc_name), learning_rate=lr)
+            alloc = replace(study.allocations[alloc_name], learning_rate=lr)
             with tempfile.TemporaryDirectory() as tmp:
                 job = TrainJob(base=base, train_data=str(res / "data" / "train.jsonl"),
                                run_dir=tmp, rungs=rungs, alloc=alloc, save_every=10**6)

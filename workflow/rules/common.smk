@@ -111,7 +111,7 @@ def reward_inputs(w):
 
 # Inputs that are the same for every job are plain values, not input functions: Snakemake
 # inspects and calls a function once per job, which adds up on a 40,000-job grid
-# (bench/dag_scale.py). So is a cell's base policy when every size is a ladder size (a
+# (bench/performance/dag_scale.py). So is a cell's base policy when every size is a ladder size (a
 # pattern) or none is, and its reward's PRM when no reward needs one trained here.
 BASE_INPUT = (
     in_results("base/size~{size}/pre.json")

@@ -29,7 +29,7 @@ Conventions (shared by every report module):
   ``gap_z`` = gap / gap_se, ``overlap`` = the two 95% intervals overlap. The two se are added
   as if the evaluations were independent. They are not: every config is scored on the same
   prompts, whose difficulty they share, so the evaluation noise of a gap is smaller (a paired
-  comparison on the per-prompt outcomes, ``bench/study_gates.py``, finds it several times
+  comparison on the per-prompt outcomes, ``bench/study/study_gates.py``, finds it several times
   smaller). But a one-seed se holds no training-seed noise, which a paired z would ignore and
   which the validation seeds measure (:func:`race.analysis.report.seed_spread`). The unpaired
   se stands in for both: more than the evaluation noise alone, and an estimate of the training

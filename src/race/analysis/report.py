@@ -226,7 +226,7 @@ def seed_spread_text(runs: pd.DataFrame, targets: list[str]) -> str:
     return ("- A one-seed interval holds the evaluation's noise only, not the training seed's"
             f"{measured}. The z of a gap adds the two configs' evaluation variances as if "
             "independent, although both are scored on the same prompts (paired, the evaluation "
-            "part of a gap's noise is smaller; `bench/study_gates.py` prints that z): the "
+            "part of a gap's noise is smaller; `bench/study/study_gates.py` prints that z): the "
             "excess stands in for the training noise a one-seed z cannot measure.")
 
 

@@ -6,7 +6,7 @@ AVX512) and MKL its GEMM code path by the processor it finds. The paths sum in d
 orders, so a forward and backward pass on an AVX-512 machine differs in the last bits from the
 same pass on an AVX2 machine; a few thousand optimizer steps turn that into a different model.
 Measured on one AVX-512 machine: the same code and seed pretrained nano to greedy eval-in 0.29
-on its own path and 0.3225 pinned (``bench/cpu_kernels.py`` prints the bit-level check).
+on its own path and 0.3225 pinned (``bench/performance/cpu_kernels.py`` prints the bit-level check).
 
 What: :func:`pin_cpu_kernels` sets ``ATEN_CPU_CAPABILITY=avx2`` and ``MKL_CBWR=AVX2`` (MKL's
 conditional numerical reproducibility) in this process's environment -- inherited by every job
@@ -26,11 +26,11 @@ Measured: the default study, same code and seed, on an AMD EPYC (AVX-512) machin
 base policies and another draw of every number than the machine its committed reports came
 from (docs/design.md, §7). Each run records the processor's vendor beside the path
 (:func:`race.policy.device.kernel_path`), so two runs say whether they should agree.
-``COMPATIBLE`` (SSE2) would hold across vendors, at a cost ``bench/cpu_kernels.py``
+``COMPATIBLE`` (SSE2) would hold across vendors, at a cost ``bench/performance/cpu_kernels.py``
 measures (its *compatible* path: 2.04x per training step there). Machines without AVX2 and
 other architectures (ARM) keep their own kernels; GPU kernels are not affected (CUDA
 determinism is a separate matter).
-``bench/cpu_kernels.py`` measures what the pin costs in speed.
+``bench/performance/cpu_kernels.py`` measures what the pin costs in speed.
 """
 
 from __future__ import annotations

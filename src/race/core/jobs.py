@@ -185,7 +185,7 @@ def as_dict(value):
     """``json.dumps``'s hook for what it cannot encode: a nested dataclass becomes the dict of
     its fields, uncopied (what ``dataclasses.asdict`` gives, without its deep copy), and the C
     encoder walks the rest. The rules build one job per cell in the Snakemake process, where
-    this is most of a job's cost on a large grid (bench/dag_scale.py)."""
+    this is most of a job's cost on a large grid (bench/performance/dag_scale.py)."""
     if isinstance(value, RewardSpec):
         return value.to_dict()
     if is_dataclass(value):

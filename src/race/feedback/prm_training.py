@@ -202,7 +202,8 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
     4. a ``Qwen2ForTokenClassification`` of ``ladder_config(size, vocab)`` with 2 labels --
        random init, or the same-size base policy's backbone (``init``,
        :func:`init_classifier`; ``backbone``: another checkpoint of that architecture in
-       place of the sampling policies, e.g. ``bench/prm_draws.py --backbone``) -- is fully
+       place of the sampling policies, e.g. ``bench/calibration/prm_draws.py --backbone``) -- is
+       fully
        fine-tuned for ``steps`` AdamW steps, loss = cross-entropy at the step separators only;
     5. held-out step AUC and accuracy at 0.5, on the policies' samples (``auc``,
        ``accuracy``: what the PRM scores in RL) and on every held-out example (``all``);

@@ -167,7 +167,7 @@ def measure_flops(fn, *args, **kwargs) -> int:
 
 # --------------------------------------------------------------------------- measurements
 # Small drivers that run one phase of a transformers model under count_flops, shared by the
-# tests and bench/flops_calibration.py.
+# tests and bench/calibration/flops_calibration.py.
 
 
 def measure_forward(model, input_ids, attention_mask=None, logits_to_keep: int = 0) -> int:

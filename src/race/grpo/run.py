@@ -271,7 +271,8 @@ class MeteredRun:
                  **self.state()}
         write_text_atomic(ckpt / "race_state.json", json.dumps(state))
         # The run-level ledger follows the checkpoints, not every step: rewriting the whole
-        # ledger per step is O(steps) each and showed in the step time (bench/overhead.py).
+        # ledger per step is O(steps) each and showed in the step time
+        # (bench/performance/overhead.py).
         # metrics.jsonl (appended per step) and MLflow carry the per-step cumulative FLOPs.
         self.ledger.save(self.run_dir / "ledger.json", durable=False)
 

@@ -9,7 +9,8 @@ batch stops).
 Rows are batched in order of prompt length (in tokens; a stable sort, so the samples of one
 prompt stay together), and results come back in the caller's order. On a task whose answer
 length grows with its prompt, a batch of short prompts stops decoding early instead of waiting
-for the longest solution in a mixed batch (``bench/generation_order.py`` measures both). The order
+for the longest solution in a mixed batch (``bench/performance/generation_order.py`` measures
+both). The order
 changes which random stream a row draws (it is part of "fixed seed and batch size"), never the
 model FLOPs, which count real tokens only.
 """
@@ -72,7 +73,7 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
     from ``seed`` and the batch index before every batch. Rows run length-sorted (module
     docstring); ``texts`` and ``rows`` come back in the order of ``prompts`` (each prompt's
     samples adjacent). ``length_sorted=False`` batches rows in the caller's order (what
-    ``bench/generation_order.py`` compares against).
+    ``bench/performance/generation_order.py`` compares against).
     """
     import torch
 

@@ -12,7 +12,8 @@ Named rungs: ``nano`` (k=0, ~0.25M parameters), ``micro`` (k=1, ~0.55M), ``mini`
 about 2x parameters per rung, width growing at a fixed depth of 4. Depth has a floor because
 a chain of steps needs it: at hidden 64 and the default 1M pretraining tokens, 2 layers reach
 2% greedy eval-in accuracy, 3 layers 11.5% and 4 layers 19.5% (``python
-bench/ladder_depth.py`` on the default task). Accuracy rises steeply with width, so the rungs are
+bench/calibration/ladder_depth.py`` on the default task). Accuracy rises steeply with width, so the
+rungs are
 close enough that every size lands between trivial and saturated after the same short
 pretraining, and pretraining the whole ladder fits in minutes on two CPU cores.
 The vocabulary is the character-level task tokenizer's; the LM head is tied to the input

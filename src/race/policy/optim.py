@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 IGNORE_INDEX = -100  # the label of a position without a loss (torch's cross-entropy default)
 #: Micro-batches per batch in pretraining and PRM training: the same gradient, less padding
-#: executed. ``python bench/length_groups.py`` times it beside the batch padded whole.
+#: executed. ``python bench/performance/length_groups.py`` times it beside the batch padded whole.
 LENGTH_GROUPS = 4
 
 
