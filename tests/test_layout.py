@@ -266,3 +266,29 @@ def test_the_step_bound_has_one_definition():
     assert builders == {"race.flops.meter", "race.study.plan", "race.grpo.run"}
     assert not [n for n, t in tests.items() if "worst_case(" in t and "step_bound" in t
                 and "generation_step_bound" not in t]
+
+
+def _enums(node, found: list) -> list:
+    """Every ``enum`` of the schema, as a set of its values."""
+    if isinstance(node, dict):
+        if isinstance(node.get("enum"), list) and len(node["enum"]) > 1:
+            found.append(frozenset(node["enum"]))
+        for value in node.values():
+            _enums(value, found)
+    return found
+
+
+def test_the_schemas_enums_are_not_restated():
+    """Every rule on one key -- its type, range and allowed values -- is the schema's, and code
+    reads it from there (race.core.schema.check, race.core.specs' lists): no module spells an
+    enum of the schema out again, where it could drift."""
+    enums = set(_enums(schema.schema(), []))
+    restated = []
+    for name, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Tuple | ast.List | ast.Set) and node.elts and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+                values = frozenset(e.value for e in node.elts)
+                if values in enums:
+                    restated.append(f"{name}:{node.lineno} {sorted(values)}")
+    assert not restated, restated

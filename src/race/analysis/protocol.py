@@ -54,6 +54,7 @@ from race.analysis.frontier import (
     targets_in,
 )
 from race.core.atomic import write_json_atomic
+from race.core.schema import check
 
 RANKING_COLUMNS = ["reward", "target", "rank", "size", "alloc", "acc_top", "acc_mean",
                    "top_budget"]
@@ -102,8 +103,7 @@ def select(pilot_df: pd.DataFrame, top_k: int, baseline_alloc: str,
     Returns [{"size", "reward", "alloc"}, ...] sorted by (reward, size, alloc), each once.
     Raises ValueError when ``top_k`` < 1 or the baseline allocation is not in the pilot.
     """
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    check("race", "top_k", top_k)
     if baseline_alloc not in set(pilot_df["alloc"]):
         raise ValueError(f"baseline allocation {baseline_alloc!r} is not in the pilot grid "
                          f"(allocations: {sorted(set(pilot_df['alloc']))})")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 
+from race.core.specs import ATTN_IMPLEMENTATIONS
 from race.flops import analytic as F
 from race.flops.estimates import (
     ESTIMATES,
@@ -47,7 +48,7 @@ def add_arguments(p) -> None:
                    help="comma-separated adapted projections (default all seven)")
     p.add_argument("--executed", action="store_true",
                    help="executed FLOPs (full attention block) instead of model FLOPs")
-    p.add_argument("--attn", choices=("eager", "sdpa"), default="eager",
+    p.add_argument("--attn", choices=ATTN_IMPLEMENTATIONS, default="eager",
                    help="kernel for --executed (only the training backward differs)")
     p.add_argument("--vocab", type=int, help="vocabulary size (ladder default "
                                              f"{F.LADDER_REFERENCE_VOCAB})")

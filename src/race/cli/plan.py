@@ -139,17 +139,26 @@ def _from_config(args) -> dict:
 
 def _request(args) -> dict:
     """Size, shapes, LoRA, beta, reward model and budget from the flags or the study config."""
+    from race.core.errors import ConfigError
+    from race.core.schema import check
+
     size = args.size or args.size_option
     if size is None:
         raise ValueError("SIZE (or --size) is required")
     req = _from_config(args) if args.config else _from_flags(args)
     if req["budget"] is None:
         raise ValueError("--budget is required (model FLOPs, e.g. 1e18)")
-    for name in ("prompts", "num_iterations", "prompt_len", "completion_len"):
-        if req[name] < 1:
-            raise ValueError(f"{name.replace('_', '-')} must be >= 1, got {req[name]}")
-    if req["generations"] < 2:
-        raise ValueError("generations must be >= 2 (GRPO compares completions in a group)")
+    if req["prompt_len"] < 1:
+        raise ValueError(f"prompt-len must be >= 1, got {req['prompt_len']}")
+    # The flags obey the rules of the config keys they stand for (the schema's).
+    for flag, section, key in (("generations", "allocations", "num_generations"),
+                               ("prompts", "allocations", "prompts_per_step"),
+                               ("num_iterations", "allocations", "num_iterations"),
+                               ("completion_len", "training", "max_completion_length")):
+        try:
+            check(section, key, req[flag])
+        except ConfigError as exc:
+            raise ValueError(f"--{flag.replace('_', '-')}: {exc}") from None
     if args.mean_completion is not None and not 1 <= args.mean_completion <= \
             req["completion_len"]:
         raise ValueError(f"--mean-completion must be in [1, {req['completion_len']}]")

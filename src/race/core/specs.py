@@ -11,7 +11,8 @@ rules is written once, in the schema. The ``__post_init__`` methods hold only th
 between keys. A section with a key the dataclass does not know is an error naming the key.
 
 The lists every stage shares live here once, read off the schema's enums: :data:`TARGETS`
-(evaluation targets, in report order), :data:`ALL_PROJECTIONS`, :data:`PRM_AGGREGATES`; the
+(evaluation targets, in report order), :data:`ALL_PROJECTIONS`, :data:`PRM_AGGREGATES`,
+:data:`DEVICES`, :data:`ATTN_IMPLEMENTATIONS`; the
 FLOP phases are :mod:`race.flops.ledger`'s.
 """
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from race.core.errors import ConfigError
-from race.core.schema import check, default, properties
+from race.core.schema import check, default, properties, schema
 
 #: Evaluation targets, in report order (``eval.targets`` names a subset; null means all).
 TARGETS: tuple[str, ...] = tuple(properties("eval")["targets"]["items"]["enum"])
@@ -29,6 +30,10 @@ TARGETS: tuple[str, ...] = tuple(properties("eval")["targets"]["items"]["enum"])
 SEARCH_TARGETS: tuple[str, ...] = ("maj_k", "prm_bon")
 #: How step scores become one score (race.feedback.scores.aggregate).
 PRM_AGGREGATES: tuple[str, ...] = tuple(properties("eval")["prm_aggregate"]["enum"])
+#: The values of the ``device`` key, and the attention kernels a model may run.
+DEVICES: tuple[str, ...] = tuple(schema()["properties"]["device"]["enum"])
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = tuple(
+    properties("training")["attn_implementation"]["enum"])
 
 
 def _check_against_schema(spec, *sections: str) -> None:

@@ -77,6 +77,8 @@ from pathlib import Path
 
 import torch
 
+from race.core.schema import check
+from race.core.specs import DEVICES
 from race.data.task import STEP_SEPARATOR, split_steps
 from race.feedback import scores
 from race.feedback.prm_data import (
@@ -87,7 +89,6 @@ from race.feedback.prm_data import (
 from race.feedback.scores import AGGREGATES, as_text
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops, RewardReads
-from race.policy.device import DEVICES
 from race.policy.device import resolve_device as policy_device
 
 QWEN_STEP_TOKEN = "<extra_0>"
@@ -164,8 +165,7 @@ class FeedbackModel:
                batch_size: int, policy_tokenizer=None, template_tokens: int = 0) -> None:
         """Checks and ledger, once ``model`` and ``tokenizer`` are set (see the module
         docstring for the checks and for ``bound``)."""
-        if batch_size < 1:
-            raise ValueError(f"{name}: batch_size must be >= 1, got {batch_size}")
+        check("rewards", "batch_size", batch_size)
         self.name, self.batch_size = name, batch_size
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:  # pads are masked out: any id works for a PRM

@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from race.core.schema import check
 from race.data.task import VERIFIERS, answer_reader
-from race.feedback.scores import AGGREGATES, as_text
+from race.feedback.scores import as_text
 from race.flops.meter import PhaseFlops, RewardReads
 
 
@@ -76,10 +77,8 @@ class FeedbackReward:
 
     def __init__(self, model, kind: str, *, aggregate: str = "min",
                  weight: float = 1.0, verifier: str = "task"):
-        if aggregate not in AGGREGATES:
-            raise ValueError(f"rewards: aggregate must be one of {AGGREGATES}, got {aggregate!r}")
-        if not 0.0 <= weight <= 1.0:
-            raise ValueError(f"rewards: weight must be in [0, 1], got {weight}")
+        check("rewards", "aggregate", aggregate)  # the config's rules, from the schema
+        check("rewards", "weight", weight)
         self.model, self.kind, self.aggregate, self.weight = model, kind, aggregate, weight
         self.__name__ = kind
         self.rule = None

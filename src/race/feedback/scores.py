@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from race.core.specs import PRM_AGGREGATES
+
 #: How a completion's step scores become one score (``rewards.<name>.aggregate``).
-AGGREGATES = ("min", "last", "product", "mean")
+AGGREGATES = PRM_AGGREGATES  # the schema's enum (race.core.specs)
 
 
 def aggregate(step_scores: Sequence[float], how: str = "min") -> float:

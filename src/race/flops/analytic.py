@@ -44,6 +44,7 @@ from race.core.ladder import LADDER_DIALS
 
 # LoRA placement is part of the FLOP model's vocabulary: its callers name it as F.LoraSpec.
 from race.core.specs import ALL_PROJECTIONS as ALL_PROJECTIONS
+from race.core.specs import ATTN_IMPLEMENTATIONS
 from race.core.specs import LoraSpec as LoraSpec
 from race.data.tokenizer import VOCAB_SIZE
 
@@ -524,8 +525,8 @@ def reward_model_flops(arch: Arch, n_tokens: int, *, head: str = "token", num_la
 
 
 def _executed_attention(attn_implementation: str) -> str:
-    if attn_implementation not in ("eager", "sdpa"):
-        raise ValueError(f"attn_implementation must be 'eager' or 'sdpa', "
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(f"attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, "
                          f"got {attn_implementation!r}")
     return "full" if attn_implementation == "eager" else "sdpa"
 

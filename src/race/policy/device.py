@@ -19,9 +19,7 @@ import os
 
 from race.core.cpu_kernels import cpu_vendor
 from race.core.errors import ConfigError
-
-#: The values of the config's ``device`` key.
-DEVICES = ("auto", "cpu", "cuda")
+from race.core.specs import DEVICES
 
 
 def resolve_device(name: str | None = "auto") -> str:
