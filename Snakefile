@@ -1,9 +1,8 @@
 # RACE: where should a fixed RL post-training FLOP budget go?
 # Thin entry point: config, validation, the stage files, and the final target.
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
-from race.core.schema import SCHEMA
-from race.study.config import check_as_written, coerce_numbers, read_yaml
+from race.study.config import check_as_written, coerce_numbers, read_yaml, validate_schema
 
 min_version("9.0")
 
@@ -21,11 +20,14 @@ for path in workflow.configfiles:
     read_yaml(path)
 
 # The schema ships with the package (race/core/config.schema.yaml): the one place where every
-# key's type, description and default live.
+# key's type, range, enum, description and default live.
 # Snakemake's YAML reader reads 2e10 as a string: numbers first, as race.study.config does.
 coerce_numbers(config)
-check_as_written(config)  # before validate() fills in the schema's defaults
-validate(config, str(SCHEMA))
+check_as_written(config)  # before the schema's defaults are filled in
+# Snakemake's validate() with the defaults filled in, its error led by the key it names
+# (race.study.config.validate_schema); then the typed study and its cross-field checks
+# (workflow/rules/common.smk).
+config.update(validate_schema(config))
 
 
 report: "workflow/report/workflow.rst"

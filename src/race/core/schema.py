@@ -57,7 +57,19 @@ def _validator(section: str, key: str):
 
 def check(section: str, key: str, value: Any) -> None:
     """``value`` against the schema's node of ``section.key`` (its type, range, enum); a
-    :class:`ConfigError` naming the key otherwise."""
+    :class:`ConfigError` naming the key otherwise. A hashable value's verdict is remembered:
+    the builders make a spec per cell, with the same values every time."""
+    try:
+        message = _verdict(section, key, value, type(value))
+    except TypeError:  # unhashable (a list): checked every time
+        message = _verdict.__wrapped__(section, key, value, type(value))
+    if message is not None:
+        raise ConfigError(f"{section}.{key}: {message}")
+
+
+@cache
+def _verdict(section: str, key: str, value: Any, kind: type) -> str | None:
+    """jsonschema's message for ``value`` at ``section.key``, or None when it is valid
+    (``kind`` keeps 1, 1.0 and True apart in the cache: JSON types tell them apart)."""
     error = jsonschema.exceptions.best_match(_validator(section, key).iter_errors(value))
-    if error is not None:
-        raise ConfigError(f"{section}.{key}: {error.message}")
+    return None if error is None else error.message
