@@ -6,8 +6,8 @@ key stays one folder per level); it is the folder under ``results/runs/``, the M
 and the ``run_key`` tag. A *rung* is one of the nested budgets (model FLOPs) a run passes; its
 snapshot lives in ``budget~<B>/`` inside the run folder, ``B`` written by :func:`format_budget`.
 
-This module reads the config as a plain mapping and imports nothing heavier than the ladder's
-names, so the Snakemake process can use it freely.
+The grid a study makes of these, and the paths of its cells, are :class:`race.core.study.Study`'s;
+this module holds only the names, and imports nothing heavier than the ladder's.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from race.core.atomic import write_text_atomic
-from race.core.cells import Cell, is_ladder, slug
+from race.core.cells import Cell, is_ladder, parse_key, slug
 from race.core.errors import ConfigError
 from race.core.specs import (
     SEARCH_TARGETS,
@@ -219,8 +219,6 @@ class Study:
 
     def parse_cell(self, key: str) -> Cell:
         """Invert :func:`race.core.cells.cell_key` (slugs map back to size specs)."""
-        from race.core.cells import parse_key
-
         parts = parse_key(key)
         missing = {"size", "reward", "alloc", "seed"} - set(parts)
         if missing:
@@ -271,6 +269,3 @@ class Study:
         elif not check_only:
             marker.parent.mkdir(parents=True, exist_ok=True)
             write_text_atomic(marker, self.name + "\n")
-
-
-
