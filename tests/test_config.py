@@ -156,8 +156,11 @@ def _prm_bon_without_a_prm(config: dict) -> None:
     (lambda c: c["eval"].update(train_temperature=0.3), "eval.train_temperature: not a setting"),
 ])
 def test_bad_entries_name_their_key(tmp_path, edit, message):
+    """Each rule, written once (a key's type, range and enum in the schema, a rule between
+    keys in race.study.config), refuses its malformed config through the one reader
+    (load_study), naming the key, before anything is written."""
     with pytest.raises(ConfigError) as error:
-        load_config(_smoke_with(tmp_path, edit))
+        load_study(_smoke_with(tmp_path, edit))
     assert message in str(error.value)
     assert not (tmp_path / "results").exists()
 
