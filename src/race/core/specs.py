@@ -60,6 +60,22 @@ def _from_section(cls, section: dict | None, name: str):
         raise ConfigError(str(exc)) from None
 
 
+class _Section:
+    """A typed config section: every value checked against the schema of ``SECTIONS`` (a
+    key's node in the first of them that has it), and :meth:`from_config` from the section's
+    mapping, an unknown key an error naming it. A subclass with rules between its keys
+    checks them after ``super().__post_init__()``."""
+
+    SECTIONS: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_against_schema(self, *self.SECTIONS)
+
+    @classmethod
+    def from_config(cls, section: dict | None):
+        return _from_section(cls, section, cls.SECTIONS[0])
+
+
 # --------------------------------------------------------------------------- LoRA
 
 
@@ -88,8 +104,10 @@ class LoraSpec:
 
 
 @dataclass(frozen=True)
-class TaskSpec:
+class TaskSpec(_Section):
     """Shape of the arithmetic task; every field is a config key under ``task:``."""
+
+    SECTIONS = ("task",)
 
     seed: int = field(default=default("task", "seed"))
     max_operand: int = field(default=default("task", "max_operand"))
@@ -103,7 +121,7 @@ class TaskSpec:
     n_eval_ood: int = field(default=default("task", "n_eval_ood"))
 
     def __post_init__(self):
-        _check_against_schema(self, "task")
+        super().__post_init__()
         if self.min_steps > self.max_steps:
             raise ValueError("task.min_steps must be <= task.max_steps")
         if self.ood_min_steps <= self.max_steps:
@@ -133,9 +151,11 @@ SOURCE_KEYS = ("kind", "train_jsonl", "eval_in_jsonl", "eval_ood_jsonl", "hf_id"
 
 
 @dataclass(frozen=True)
-class TaskSource:
+class TaskSource(_Section):
     """Where the task's records come from (``task.kind``: the embedded arithmetic task, user
     JSONL files, or a ``datasets`` id; race.data.sources)."""
+
+    SECTIONS = ("task",)
 
     kind: str = field(default=default("task", "kind"))
     train_jsonl: str | None = None
@@ -145,9 +165,6 @@ class TaskSource:
     hf_config: str | None = None
     hf_ood_id: str | None = None
     hf_ood_config: str | None = None
-
-    def __post_init__(self):
-        _check_against_schema(self, "task")
 
     @classmethod
     def from_config(cls, task: dict) -> TaskSource:
@@ -159,8 +176,10 @@ def _teacher(key: str):
 
 
 @dataclass(frozen=True)
-class TeacherSpec:
+class TeacherSpec(_Section):
     """Config keys under ``teacher:``: per-step slip rates by family and the truncation rate."""
+
+    SECTIONS = ("teacher",)
 
     noisy: bool = _teacher("noisy")  # false: the clean-teacher ablation (reference solutions)
     operand_slip: float = _teacher("operand_slip")
@@ -170,7 +189,7 @@ class TeacherSpec:
     truncate_min_steps: int = _teacher("truncate_min_steps")
 
     def __post_init__(self):
-        _check_against_schema(self, "teacher")
+        super().__post_init__()
         if self.operand_slip + self.sign_slip + self.arithmetic_slip > 1.0:
             raise ValueError("teacher: operand_slip + sign_slip + arithmetic_slip must be <= 1 "
                              "(at most one slip per step)")
@@ -200,10 +219,12 @@ def _alloc(key: str):
 
 
 @dataclass(frozen=True)
-class TrainingSpec:
+class TrainingSpec(_Section):
     """The ``training:`` section: what every allocation shares (and may override, see
     :class:`Allocation`) and how a training job computes (checkpoint cadence, attention
     kernel, gradient checkpointing, dtype)."""
+
+    SECTIONS = ("training",)
 
     learning_rate: float = _train("learning_rate")
     warmup_steps: int = _train("warmup_steps")
@@ -221,11 +242,8 @@ class TrainingSpec:
 
     def __post_init__(self):
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
-        _check_against_schema(self, "training")
+        super().__post_init__()
 
-    @classmethod
-    def from_config(cls, section: dict | None) -> TrainingSpec:
-        return _from_section(cls, section, "training")
 
     def allocation(self, name: str, entry: dict) -> Allocation:
         """The named ``allocations:`` entry over this section: an allocation may override the
@@ -243,10 +261,12 @@ class TrainingSpec:
 
 
 @dataclass(frozen=True)
-class Allocation:
+class Allocation(_Section):
     """How a step's compute is shaped: one named entry under ``allocations:``, whose missing
     keys come from ``training:`` (learning rate, beta, temperature, completion cap, LoRA
     targets)."""
+
+    SECTIONS = ("allocations", "training")
 
     num_generations: int = _alloc("num_generations")  # completions per prompt: search width
     prompts_per_step: int = _alloc("prompts_per_step")
@@ -266,7 +286,7 @@ class Allocation:
 
     def __post_init__(self):
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
-        _check_against_schema(self, "allocations", "training")
+        super().__post_init__()
 
     @property
     def rows(self) -> int:
@@ -290,8 +310,10 @@ def _eval(key: str):
 
 
 @dataclass(frozen=True)
-class EvalSpec:
+class EvalSpec(_Section):
     """The config keys under ``eval:`` (see :mod:`race.evaluation.eval_job` for each target)."""
+
+    SECTIONS = ("eval",)
 
     targets: tuple[str, ...] | None = _eval("targets")  # which targets run (None: all)
     n_in: int = _eval("n_in")
@@ -319,13 +341,9 @@ class EvalSpec:
     search_at: str = _eval("search_at")  # every_rung | base_and_top (maj_k, prm_bon)
 
     def __post_init__(self) -> None:
-        _check_against_schema(self, "eval")
+        super().__post_init__()
         object.__setattr__(self, "targets", tuple(self.targets or TARGETS))
 
-    @classmethod
-    def from_config(cls, section: dict | None) -> EvalSpec:
-        """From the ``eval:`` mapping; an unknown key is an error naming it."""
-        return _from_section(cls, section, "eval")
 
     def with_overrides(self, **overrides) -> EvalSpec:
         """This spec with the non-None overrides applied (validated again)."""
@@ -337,10 +355,12 @@ def _race(key: str):
 
 
 @dataclass(frozen=True)
-class RaceSpec:
+class RaceSpec(_Section):
     """The ``race:`` section: the pilot grid (its rungs, the targets it ranks, how many
     configs it selects) and the validation (budget, seeds, the baseline always validated).
     None: the default the study resolves (:class:`race.core.study.Study`)."""
+
+    SECTIONS = ("race",)
 
     enabled: bool = _race("enabled")
     pilot_rungs: tuple[float, ...] | None = None
@@ -354,11 +374,8 @@ class RaceSpec:
         for name in ("pilot_rungs", "validation_seeds", "targets"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
-        _check_against_schema(self, "race")
+        super().__post_init__()
 
-    @classmethod
-    def from_config(cls, section: dict | None) -> RaceSpec:
-        return _from_section(cls, section, "race")
 
 
 # --------------------------------------------------------------------------- base policies
@@ -369,8 +386,10 @@ def _pre(key: str):
 
 
 @dataclass(frozen=True)
-class PretrainSpec:
+class PretrainSpec(_Section):
     """Config keys under ``pretrain:`` (the same for every size)."""
+
+    SECTIONS = ("pretrain",)
 
     token_budget: int = _pre("token_budget")
     batch_size: int = _pre("batch_size")
@@ -382,12 +401,6 @@ class PretrainSpec:
     eval_examples: int = _pre("eval_examples")
     eval_max_new_tokens: int = _pre("eval_max_new_tokens")
 
-    def __post_init__(self):
-        _check_against_schema(self, "pretrain")
-
-    @classmethod
-    def from_config(cls, section: dict | None) -> PretrainSpec:
-        return _from_section(cls, section, "pretrain")
 
 
 # --------------------------------------------------------------------------- feedback models
@@ -398,8 +411,10 @@ def _prm(key: str):
 
 
 @dataclass(frozen=True)
-class PRMSpec:
+class PRMSpec(_Section):
     """Config keys under ``prm:`` besides ``sizes`` (see race.feedback.prm_training)."""
+
+    SECTIONS = ("prm",)
 
     n_prompts: int = _prm("n_prompts")  # train-split prompts the base policies sample on
     samples_per_prompt: int = _prm("samples_per_prompt")  # per prompt per base policy
@@ -417,9 +432,6 @@ class PRMSpec:
     init: str = _prm("init")  # random | base | auto (base when a same-size policy is given)
     attn_implementation: str = _prm("attn_implementation")
     seed: int = _prm("seed")
-
-    def __post_init__(self):
-        _check_against_schema(self, "prm")
 
     @classmethod
     def from_config(cls, section: dict | None) -> PRMSpec:
@@ -449,12 +461,14 @@ def _reward(key: str):
 
 
 @dataclass(frozen=True)
-class RewardSpec:
+class RewardSpec(_Section):
     """One ``rewards:`` entry: a rule (the verifier), a PRM's aggregated step scores, their
     weighted sum, or an ORM's score (race.feedback.rewards). Which keys a type reads is
     :data:`REWARD_KEYS`; the model options (:data:`MODEL_OPTIONS`) are None unless set, and
     :meth:`to_dict` leaves unset ones out, so a job's JSON holds the entry as written plus the
     schema's defaults."""
+
+    SECTIONS = ("rewards",)
 
     type: str = "rule"
     prm: str | None = None  # prm, rule+prm: ladder PRM name, folder or hub id
@@ -467,9 +481,6 @@ class RewardSpec:
     device: str | None = None
     dtype: str | None = None
     chat_template: bool | None = None
-
-    def __post_init__(self):
-        _check_against_schema(self, "rewards")
 
     @property
     def model(self) -> str | None:
@@ -487,13 +498,12 @@ class RewardSpec:
 
 
 @dataclass(frozen=True)
-class MlflowSpec:
+class MlflowSpec(_Section):
     """Where MLflow runs go (``mlflow:``; the experiment defaults to the study name)."""
+
+    SECTIONS = ("mlflow",)
 
     experiment: str
     enabled: bool = field(default=default("mlflow", "enabled"))
     tracking_uri: str = field(default=default("mlflow", "tracking_uri"))
     artifact_root: str = field(default=default("mlflow", "artifact_root"))
-
-    def __post_init__(self):
-        _check_against_schema(self, "mlflow")

@@ -83,10 +83,9 @@ class Study:
         c = dict(config)
         get = c.get
         training = TrainingSpec.from_config(c["training"]) if "training" in c else None
-        allocations = None
-        if "allocations" in c:
-            shared = training or TrainingSpec()
-            allocations = _frozen({name: shared.allocation(name, entry)
+        allocations = None  # an allocation is its entry over training: both or neither
+        if "allocations" in c and training is not None:
+            allocations = _frozen({name: training.allocation(name, entry)
                                    for name, entry in c["allocations"].items()})
         mlflow = get("mlflow")
         return cls(

@@ -223,7 +223,7 @@ def load_study(path: str | Path) -> Study:
     command, already checked when the Snakefile was parsed (typed as it is)."""
     text = str(path).lstrip()
     if text.startswith("{"):
-        return Study.from_config(json.loads(text))
+        return typed_study(json.loads(text))
     config = coerce_numbers(read_yaml(path))
     check_as_written(config)
     return check_study(typed_study(validate_schema(config)))
