@@ -142,6 +142,32 @@ def test_a_rung_is_the_run_launched_with_that_budget(tiny_base, reference_run, t
     assert all(torch.equal(nested[k], single[k]) for k in nested)
 
 
+def test_micro_batches_keep_the_ledger_and_the_adapters(tiny_base, reference_run, tmp_path):
+    """training.micro_batch_rows cuts each step's 8 rows into micro-batches whose gradients
+    accumulate into the same optimizer step: the ledger's FLOPs are identical row for row,
+    the metrics equal up to rounding, and the adapters equal to rounding; batch reuse
+    (num_iterations 2) included. 3 rows at most: two micro-batches of 4 would be too many,
+    so the 8 rows go as 4 of 2."""
+    from race.grpo.trainer import grpo_config, micro_batches
+
+    assert [micro_batches(8, m) for m in (None, 8, 16, 4, 3, 1)] == [1, 1, 1, 2, 4, 8]
+    assert micro_batches(12, 5) == 3 and micro_batches(7, 3) == 7
+    run_dir, _ = reference_run
+    micro = tmp_path / "micro"
+    args = grpo_config(make_job(tiny_base, micro, [B1, B2], micro_batch_rows=3), 10)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps,
+            args.generation_batch_size) == (2, 4, ALLOC.rows)
+    run_training(make_job(tiny_base, micro, [B1, B2], micro_batch_rows=3))
+    for budget in (B1, B2):
+        assert flops_rows(read_rung(micro, budget)) == flops_rows(read_rung(run_dir, budget))
+        a, b = adapter_tensors(micro, budget), adapter_tensors(run_dir, budget)
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    assert job_fingerprint(make_job(tiny_base, micro, [B1, B2], micro_batch_rows=3)) == \
+        job_fingerprint(make_job(tiny_base, micro, [B1, B2]))
+
+
 def test_budget_below_one_step_is_rejected_before_training(tiny_base, tmp_path):
     run_dir = tmp_path / "cell"
     with pytest.raises(BudgetError, match=r"budget rung 1e6 FLOPs is smaller than one"):

@@ -55,6 +55,7 @@ class TrainJob:
     attn_implementation: str = _training("attn_implementation")
     gradient_checkpointing: bool = _training("gradient_checkpointing")
     dtype: str = _training("dtype")
+    micro_batch_rows: int | None = _training("micro_batch_rows")  # None: one micro-batch
     device: str = default("device")
     results_dir: str = default("results_dir")
     tags: dict = field(default_factory=dict)

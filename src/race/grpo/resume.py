@@ -29,10 +29,11 @@ from race.flops.meter import FLOPS_CONVENTION
 ADAPTER_FILE = "adapter_model.safetensors"
 #: TrainJob fields that do not change the trajectory: its run options (where it logs live, how
 #: often it checkpoints), where it is written and how it is named; the rungs only decide where
-#: to snapshot, and a change of rungs is handled apart; the device only where it computes: a
-#: run resumed on another device goes on, its numbers differing by rounding)
+#: to snapshot, and a change of rungs is handled apart; the device only where it computes and
+#: the micro-batch only how the learning step's rows are cut: a run resumed on another device
+#: or micro-batch goes on, its numbers differing by rounding)
 NOT_TRAJECTORY = (*RUN_OPTIONS["train"], "run_dir", "results_dir", "run_key", "study", "tags",
-                  "rungs", "device")
+                  "rungs", "device", "micro_batch_rows")
 #: Keys of the job's reward entry that do not change the trajectory either: where its feedback
 #: model computes and how many completions one scoring forward takes (rounding at most).
 REWARD_NOT_TRAJECTORY = ("device", "batch_size")

@@ -28,7 +28,7 @@ class StepRecord:
 
     rollout_s: float = 0.0
     reward_s: float = 0.0
-    step_s: float = 0.0  # the whole training_step, generation included
+    step_s: float = 0.0  # every micro-batch's training_step, generation included
     shapes: BatchShapes | None = None
 
 
@@ -95,9 +95,10 @@ def metered_trainer_class():
             return out
 
         def training_step(self, *args, **kwargs):
+            # Called once per micro-batch: the optimizer step's time is their sum.
             t0 = self._clock()
             out = super().training_step(*args, **kwargs)
-            self.recorder.current.step_s = self._clock() - t0
+            self.recorder.current.step_s += self._clock() - t0
             return out
 
     return MeteredGRPOTrainer
@@ -144,20 +145,32 @@ def fused_head_is_compact(device: str = "cpu") -> bool:
 
 
 
+def micro_batches(rows: int, micro_batch_rows: int | None) -> int:
+    """How many equal micro-batches a step of ``rows`` rows is cut into: the fewest whose size
+    divides ``rows`` and is at most ``micro_batch_rows`` (None: one)."""
+    if micro_batch_rows is None or micro_batch_rows >= rows:
+        return 1
+    return next(n for n in range(-(-rows // micro_batch_rows), rows + 1) if rows % n == 0)
+
+
 def grpo_config(job, max_steps: int, device: str = "cpu"):
     """The TRL config of a :class:`race.core.jobs.TrainJob`: one generation batch per
-    optimizer step, LR constant after ``warmup_steps``, weights in ``job.dtype`` (bf16 autocast
+    optimizer step, its rows cut into :func:`micro_batches` whose gradients accumulate into
+    that step, LR constant after ``warmup_steps``, weights in ``job.dtype`` (bf16 autocast
     when bfloat16), on ``device`` (resolved: ``cpu`` or ``cuda``; the trainer moves the policy
     there)."""
     from trl import GRPOConfig
 
     a = job.alloc
     save_every = max(a.num_iterations, job.save_every // a.num_iterations * a.num_iterations)
+    chunks = micro_batches(a.rows, job.micro_batch_rows)
     return GRPOConfig(
         output_dir=str(Path(job.run_dir) / "checkpoints"),
-        per_device_train_batch_size=a.rows,
-        gradient_accumulation_steps=1,
-        steps_per_generation=1,
+        per_device_train_batch_size=a.rows // chunks,
+        # TRL generates once per steps_per_generation micro-batches and splits that batch
+        # among them; with as many accumulation steps, one generation feeds one optimizer step.
+        gradient_accumulation_steps=chunks,
+        steps_per_generation=chunks,
         num_generations=a.num_generations,
         num_iterations=a.num_iterations,
         max_completion_length=a.max_completion_length,

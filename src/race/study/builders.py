@@ -53,6 +53,7 @@ def train_job(study: Study, cell: Cell) -> TrainJob:
         attn_implementation=t.attn_implementation,
         gradient_checkpointing=t.gradient_checkpointing,
         dtype=t.dtype,
+        micro_batch_rows=t.micro_batch_rows,
         device=study.device,
         results_dir=str(study.results),
         tags={"size": cell.size, "reward": cell.reward, "alloc": cell.alloc,
