@@ -2,38 +2,58 @@
 
     python bench/performance/gpu_check.py [--steps 6] [--rounds 2] [--cpu]
 
-Sized to finish within about 5 minutes on one GPU. Without a visible GPU it prints "no GPU"
-and what it did not measure, and exits 0. ``--cpu`` runs every part on the CPU at a tiny scale
-instead (the ladder's micro policy, short sequences): that is how the tests run every code
-path of this script without a GPU; its numbers say nothing about a GPU.
+On a bare GPU machine: ``bash bench/performance/run_gpu_check.sh`` (DEVELOPERS.md). Sized to
+finish within 6 minutes on one GPU (every part prints its elapsed seconds). Without a visible
+GPU it prints "no GPU" and what it did not measure, and exits 0. ``--cpu`` runs every part on
+the CPU at a tiny scale instead (the ladder's micro policy, short sequences, float32): that is
+how the tests run every code path of this script without a GPU; its numbers say nothing about
+a GPU. A part that raises prints its traceback and the others still run; the script then
+exits 1.
 
 Prints, in order (nothing is asserted):
 
-1. the device: torch and CUDA versions, the GPU's name and compute capability;
-2. where the models compute, with ``device: auto`` and ``training.dtype: bfloat16`` on the GPU
+1. the device: torch and CUDA versions, the GPU's name and compute capability; the versions of
+   transformers, TRL, PEFT, accelerate, datasets and huggingface_hub;
+2. one ``race train`` step counted: a run of 2 steps of a padded batch (16 rows: 4 prompts of
+   different lengths, up to 64 tokens, x 4 completions of up to 128 tokens that stop where they
+   sample EOS) on the Qwen2.5-0.5B architecture (random init), ``training.dtype: bfloat16``,
+   SDPA, gradient checkpointing and a ``rule+prm`` reward on a tiny random PRM, as
+   ``configs/qwen2.5.yaml`` trains; its first step under torch's ``FlopCounterMode``
+   (``race.flops.counter.count_flops``, split by phase at TRL's ``_generate`` and
+   ``_calculate_rewards``). It prints the batch's padding, the ledger's executed FLOPs of
+   step 1 over the counted ones per phase (rollout, learning, reward) and in total, each
+   step's seconds per phase from the ledger and its MFU per phase from ``metrics.jsonl``
+   (step 1's seconds include the counter's overhead and the warm-up: step 2 is the one to
+   read), and the peak memory (``torch.cuda.max_memory_allocated``; not measured on the CPU)
+   against ``race.study.memory.train_job_memory``'s estimate;
+3. where the models compute, with ``device: auto`` and ``training.dtype: bfloat16`` on the GPU
    (float32 on the CPU): inside ``race train`` (a ``rule+prm`` reward on a tiny random PRM,
    gradient checkpointing on, as ``configs/qwen2.5.yaml`` has it) the device and dtype of the
    policy's non-LoRA weights, of its LoRA weights and of the PRM at every training step; then
    ``race evaluate``'s policy and PRM, and the evaluation's targets and wall time (a few
    prompts, the PRM's best-of-n included);
-3. FLOP fidelity on the Qwen2.5-0.5B architecture (random init, ``race.known_configs``):
+4. FLOP fidelity on the Qwen2.5-0.5B architecture (random init, ``race.known_configs``):
    torch's ``FlopCounterMode`` (through ``race.flops.counter.count_flops``) over the analytic
    executed count, for a forward, full and LoRA training steps, a KV-cached generate and a
    reward-model forward, with eager and SDPA attention
    (``bench/calibration/flops_calibration.py``'s phases, ``bench.common.phases``);
-4. ``race train`` against TRL's own GRPOTrainer on the same job
+5. ``race train`` against TRL's own GRPOTrainer on the same job
    (``bench/performance/overhead.py``'s paired rounds, ``bench.common.paired``): the median
    step time of each and their ratio (the goal: at most 1.05);
-5. rollout: the time of one greedy ``generate`` batch (64 rows of 64 prompt tokens, 256 new
+6. rollout: the time of one greedy ``generate`` batch (64 rows of 64 prompt tokens, 256 new
    tokens) with transformers' default dynamic KV cache and with a static cache, and whether
    both produce the same tokens.
 """
 
 import argparse
+import gc
+import json
+import random
 import statistics
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -44,7 +64,7 @@ import torch
 
 from bench.common import ALLOC, flop_configs, paired, phases, race_run, tiny_study
 from race.core.jobs import TrainJob
-from race.core.specs import RewardSpec
+from race.core.specs import Allocation, RewardSpec
 from race.flops import known_configs
 
 REFERENCE = "Qwen2.5-0.5B"
@@ -57,6 +77,14 @@ def device_line(device: str) -> str:
     cap = ".".join(map(str, torch.cuda.get_device_capability()))
     return (f"device: {torch.cuda.get_device_name()} (compute capability {cap}; torch "
             f"{torch.__version__}, CUDA {torch.version.cuda})")
+
+
+def stack_line() -> str:
+    """The versions of the libraries the check runs on (a GPU image may have its own)."""
+    import importlib
+
+    names = ("transformers", "trl", "peft", "accelerate", "datasets", "huggingface_hub")
+    return "stack: " + ", ".join(f"{n} {importlib.import_module(n).__version__}" for n in names)
 
 
 def reference_policy(tok):
@@ -149,6 +177,205 @@ def models_inside_race_evaluate(root: Path, base: Path, prm: Path, device: str,
     return seen, payload
 
 
+# -- one race train step, counted ---------------------------------------------------------------
+
+#: The counted run's prompt lengths in tokens (all different, so every batch is padded) and its
+#: completion cap, on a GPU and with --cpu.
+COUNTED_SHAPES = {"cuda": (range(16, 65, 3), 128), "cpu": (range(8, 25), 24)}
+#: Its allocation: 4 prompts x 4 completions = 16 rows (the cap comes from COUNTED_SHAPES).
+COUNTED_ALLOC = {"num_generations": 4, "prompts_per_step": 4, "lora_rank": 16}
+BUDGET_PHASES = ("rollout", "learning", "reward")
+
+
+def padded_prompts(path: Path, lengths, seed: int = 0) -> Path:
+    """A train JSONL of one arithmetic prompt (``d+d-d...=?``, the task's characters) of each
+    length in ``lengths`` characters -- tokens, for the character tokenizer -- with its
+    answer."""
+    rng = random.Random(seed)
+    records = []
+    for length in lengths:
+        body = length - 3  # "=?\n"
+        first = rng.randint(10, 99) if body % 2 == 0 else rng.randint(1, 9)
+        text, value = str(first), first
+        while len(text) < body:
+            op, digit = rng.choice("+-"), rng.randint(1, 9)
+            text += f"{op}{digit}"
+            value += digit if op == "+" else -digit
+        records.append({"prompt": f"{text}=?\n", "answer": str(value)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _addmm_any_dtype(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """``torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)`` (``aten.addmm.dtype_out``:
+    TRL's chunked log-prob head accumulates bf16 products in float32 this way on CUDA) counted
+    as the product. Torch's own addmm formula takes no ``out_dtype`` argument and raises
+    TypeError on that overload, so without this a bf16 step on CUDA cannot be counted. The fix
+    belongs in ``race.flops.counter.count_flops``' mapping; until it is there, this counter
+    adds it."""
+    (rows, inner), (_, cols) = a_shape, b_shape
+    return 2 * rows * inner * cols
+
+
+def counting_trainer_class(original, counts: dict, shapes: dict):
+    """A ``race.grpo.run.metered_trainer_class`` replacement: the trainer runs its first
+    optimizer step under ``count_flops`` and adds the counted FLOPs to ``counts`` (``total``,
+    and ``rollout`` and ``reward`` inside TRL's ``_generate`` and ``_calculate_rewards``), and
+    records each step's generated batch shapes in ``shapes`` (step -> BatchShapes)."""
+    from torch.utils.flop_counter import shape_wrapper
+
+    from race.flops.counter import count_flops
+
+    def factory():
+        class Counting(original()):
+            _counter = None
+
+            def _counted(self, phase, method, *args, **kwargs):
+                counter = self._counter
+                before = counter.so_far() if counter is not None else 0
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    if counter is not None:
+                        counts[phase] += counter.so_far() - before
+
+            def _generate(self, *args, **kwargs):
+                return self._counted("rollout", super()._generate, *args, **kwargs)
+
+            def _calculate_rewards(self, *args, **kwargs):
+                return self._counted("reward", super()._calculate_rewards, *args, **kwargs)
+
+            def training_step(self, model, *args, **kwargs):
+                step = self.state.global_step + 1  # the optimizer step this call belongs to
+                if step > 1:
+                    out = super().training_step(model, *args, **kwargs)
+                else:
+                    with count_flops() as counter:
+                        counter._mode.flop_registry[torch.ops.aten.addmm] = shape_wrapper(
+                            _addmm_any_dtype)
+                        self._counter = counter
+                        try:
+                            out = super().training_step(model, *args, **kwargs)
+                        finally:
+                            self._counter = None
+                    counts["total"] += counter.total
+                shapes[step] = self.recorder.last_shapes
+                return out
+
+        return Counting
+
+    return factory
+
+
+def memory_estimate(job: TrainJob, max_prompt_tokens: int):
+    """``race.study.memory.train_job_memory``'s estimate of ``job``'s peak device memory (a
+    ``MemoryEstimate``: ``.total`` bytes, ``.parts`` name -> bytes), or None where that module
+    is not there."""
+    try:
+        from race.study.memory import train_job_memory
+    except ImportError:
+        return None
+    return train_job_memory(job, max_prompt_tokens)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3f} GiB"
+
+
+def _ratio(num: int, den: int) -> str:
+    if den == 0:
+        return "- (0 / 0)" if num == 0 else "inf (counted 0)"
+    return f"{num / den:.6f}"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _mfu(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def counted_step(root: Path, base: Path, prm: Path, device: str, dtype: str) -> None:
+    """Part 2 of the module docstring: a 2-step ``race train`` run, its first step counted."""
+    import race.grpo.run as rt
+    from race.core.cells import PERF
+    from race.data.tokenizer import load_tokenizer
+    from race.flops.ledger import Ledger
+
+    lengths, cap = COUNTED_SHAPES[device]
+    data = padded_prompts(root / "padded.jsonl", lengths)
+    job = TrainJob(base=str(base), train_data=str(data), run_dir=str(root / "counted"),
+                   rungs=[1e18], alloc=Allocation(**COUNTED_ALLOC, max_completion_length=cap),
+                   reward=RewardSpec(type="rule+prm", prm=str(prm)), results_dir=str(root),
+                   save_every=10, run_key="gpu-check/counted", dtype=dtype, device=device,
+                   attn_implementation="sdpa", gradient_checkpointing=True)
+    counts = {"total": 0, "rollout": 0, "reward": 0}
+    shapes: dict = {}
+    if device == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    original = rt.metered_trainer_class
+    rt.metered_trainer_class = counting_trainer_class(original, counts, shapes)
+    try:
+        race_run(job, 2)
+    finally:
+        rt.metered_trainer_class = original
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
+    counts["learning"] = counts["total"] - counts["rollout"] - counts["reward"]
+
+    run_dir = Path(job.run_dir)
+    ledger = Ledger.load(run_dir / "ledger.json")
+    rows = {(r.step, r.phase): r for r in ledger.rows}
+    metrics = {m["step"]: m for m in map(json.loads,
+                                         (run_dir / "metrics.jsonl").read_text().splitlines())}
+    perf = json.loads((run_dir / PERF).read_text())
+    a = job.alloc
+    print(f"race train, one step counted ({a.prompts_per_step} prompts x {a.num_generations} "
+          f"completions = {a.rows} rows, completion cap {cap}; training.dtype: {dtype}, "
+          f"attention: {job.attn_implementation}, gradient checkpointing, rule+prm reward):",
+          flush=True)
+    for step in sorted(shapes):
+        b = shapes[step]
+        print(f"  step {step} batch: prompts {min(b.prompt_lens)}..{max(b.prompt_lens)} tokens "
+              f"(padded to {b.padded_prompt_len}), completions {min(b.completion_lens)}.."
+              f"{max(b.completion_lens)} tokens (width {b.completion_width}); padding: prompts "
+              f"{_yes(len(set(b.prompt_lens)) > 1)}, completions "
+              f"{_yes(len(set(b.completion_lens)) > 1)}", flush=True)
+    print("  step 1, ledger executed FLOPs / FlopCounterMode FLOPs:", flush=True)
+    for phase in BUDGET_PHASES:
+        ledger_flops = rows[(1, phase)].executed_flops
+        print(f"    {phase:<8} ledger {ledger_flops:.4e}  counted {counts[phase]:.4e}  "
+              f"ledger / counter {_ratio(ledger_flops, counts[phase])}", flush=True)
+    executed = sum(rows[(1, phase)].executed_flops for phase in BUDGET_PHASES)
+    print(f"    {'total':<8} ledger {executed:.4e}  counted {counts['total']:.4e}  "
+          f"ledger / counter {_ratio(executed, counts['total'])}", flush=True)
+    print(f"  peak: {perf['flops_per_s']:.4e} FLOP/s ({perf['name']}, {perf['dtype']}, "
+          f"{perf['source']})", flush=True)
+    for step in sorted({s for s, _ in rows}):
+        note = " (counted: the counter's overhead and the warm-up)" if step == 1 else ""
+        seconds = ", ".join(f"{p} {rows[(step, p)].wall_s:.3f} s" for p in BUDGET_PHASES
+                            if (step, p) in rows)
+        mfu = ", ".join(f"{p} {_mfu(metrics[step].get(f'mfu_{p}'))}" for p in BUDGET_PHASES)
+        print(f"  step {step}{note}: seconds {seconds}; MFU {mfu}", flush=True)
+    if peak is None:
+        print("  peak memory: not measured on CPU", flush=True)
+    else:
+        print(f"  peak memory: {_gib(peak)} (torch.cuda.max_memory_allocated over both steps; "
+              f"{_gib(before)} allocated before the run)", flush=True)
+    max_prompt = rt._dataset(job.train_data, load_tokenizer(job.base))[1]
+    estimate = memory_estimate(job, max_prompt)
+    if estimate is None:
+        print("  memory estimate: not available (no race.study.memory)", flush=True)
+        return
+    parts = ", ".join(f"{k} {_gib(v)}" for k, v in estimate.parts.items())
+    print(f"  memory estimate (race.study.memory.train_job_memory, longest prompt {max_prompt} "
+          f"tokens): {_gib(estimate.total)} ({parts})"
+          + ("" if peak is None else f"; measured / estimate {peak / estimate.total:.3f}"),
+          flush=True)
+
 def fidelity(device: str) -> None:
     values = known_configs.config_dict(REFERENCE) if device != "cpu" else flop_configs()["micro"]
     name = REFERENCE if device != "cpu" else "ladder micro"
@@ -200,16 +427,30 @@ def main() -> None:
         parser.error("--steps must be at least 4")
     if not args.cpu and not torch.cuda.is_available():
         print("no GPU: torch sees no CUDA device on this machine, so nothing was measured "
-              "(the policy's device and dtype in race train, CUDA FLOP fidelity, race train vs "
-              "TRL step time, rollout cache speed-up). Run it where a GPU is visible, or with "
-              "--cpu to exercise the script at a tiny scale.")
+              "(one counted race train step: ledger vs FlopCounterMode, seconds, MFU and peak "
+              "memory; the policy's device and dtype in race train, CUDA FLOP fidelity, race "
+              "train vs TRL step time, rollout cache speed-up). Run it where a GPU is visible, "
+              "or with --cpu to exercise the script at a tiny scale.")
         return
     device = "cpu" if args.cpu else "cuda"
     dtype = "float32" if args.cpu else "bfloat16"
     if args.cpu:
         torch.set_num_threads(1)
     t0 = time.perf_counter()
+    failed = []
+
+    def part(name: str, run) -> None:
+        """Run one part; a failure prints its traceback, and the next part still runs."""
+        start = time.perf_counter()
+        try:
+            run()
+        except Exception:
+            failed.append(name)
+            print(f"{name}: FAILED\n{traceback.format_exc()}", flush=True)
+        print(f"  [{name}: {time.perf_counter() - start:.0f} s]", flush=True)
+
     print(device_line(device), flush=True)
+    print(stack_line(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         # GPU: the Qwen2.5-0.5B architecture; --cpu: the ladder's micro rung.
@@ -218,29 +459,48 @@ def main() -> None:
                        rungs=[1e18], alloc=ALLOC, save_every=10, run_key="gpu-check",
                        dtype=dtype, device=device)
         prm = tiny_prm(root, base)
-        spy = replace(job, run_dir=str(root / "spy"), gradient_checkpointing=True,
-                      reward=RewardSpec(type="rule+prm", prm=str(prm)), results_dir=str(root))
-        print(f"race train (device: {device}, training.dtype: {dtype}, rule+prm reward, "
-              "gradient checkpointing):", flush=True)
-        for name, placed in models_inside_race_train(spy, 2).items():
-            print(f"  {name}: {sorted(placed)}", flush=True)
-        seen, payload = models_inside_race_evaluate(root, base, prm, device, dtype)
-        print(f"race evaluate (device: {device}, training.dtype: {dtype}, {payload['wall_s']:.1f}"
-              " s):", flush=True)
-        for name, placed in seen.items():
-            print(f"  {name}: {sorted(placed)}", flush=True)
-        print("  " + ", ".join(f"{t} {r['acc']:.3f}" for t, r in payload["targets"].items()
-                               if r.get("acc") is not None), flush=True)
-        print("FLOP fidelity (FlopCounterMode / analytic executed):", flush=True)
-        fidelity(device)
-        vanilla_times, race_times = paired(job, args.steps, args.rounds, device)
-        v, r = statistics.median(vanilla_times), statistics.median(race_times)
-        print(f"race train vs TRL GRPOTrainer ({args.rounds} rounds x {args.steps} steps): "
-              f"median step {r * 1e3:.1f} ms vs {v * 1e3:.1f} ms, ratio {r / v:.3f} "
-              f"(goal <= 1.05)", flush=True)
-        print("rollout (HF generate):", flush=True)
-        rollout(base, device, getattr(torch, dtype))
-    print(f"gpu_check: {time.perf_counter() - t0:.0f} s")
+
+        part("counted step", lambda: counted_step(root, base, prm, device, dtype))
+
+        def placements():
+            spy = replace(job, run_dir=str(root / "spy"), gradient_checkpointing=True,
+                          reward=RewardSpec(type="rule+prm", prm=str(prm)),
+                          results_dir=str(root))
+            print(f"race train (device: {device}, training.dtype: {dtype}, rule+prm reward, "
+                  "gradient checkpointing):", flush=True)
+            for name, placed in models_inside_race_train(spy, 2).items():
+                print(f"  {name}: {sorted(placed)}", flush=True)
+            seen, payload = models_inside_race_evaluate(root, base, prm, device, dtype)
+            print(f"race evaluate (device: {device}, training.dtype: {dtype}, "
+                  f"{payload['wall_s']:.1f} s):", flush=True)
+            for name, placed in seen.items():
+                print(f"  {name}: {sorted(placed)}", flush=True)
+            print("  " + ", ".join(f"{t} {r['acc']:.3f}" for t, r in payload["targets"].items()
+                                   if r.get("acc") is not None), flush=True)
+
+        def fidelity_part():
+            print("FLOP fidelity (FlopCounterMode / analytic executed):", flush=True)
+            fidelity(device)
+
+        def against_trl():
+            vanilla_times, race_times = paired(job, args.steps, args.rounds, device)
+            v, r = statistics.median(vanilla_times), statistics.median(race_times)
+            print(f"race train vs TRL GRPOTrainer ({args.rounds} rounds x {args.steps} steps): "
+                  f"median step {r * 1e3:.1f} ms vs {v * 1e3:.1f} ms, ratio {r / v:.3f} "
+                  f"(goal <= 1.05)", flush=True)
+
+        def rollout_part():
+            print("rollout (HF generate):", flush=True)
+            rollout(base, device, getattr(torch, dtype))
+
+        part("placements", placements)
+        part("FLOP fidelity", fidelity_part)
+        part("race train vs TRL", against_trl)
+        part("rollout", rollout_part)
+    print(f"gpu_check: {time.perf_counter() - t0:.0f} s"
+          + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
