@@ -513,6 +513,46 @@ def test_snapshots_run_their_own_targets(root, tmp_path):
             == written[str(top)]["targets"]["sampled_pass1"]["acc"])
 
 
+def test_job_loads_a_shared_feedback_model_once(root, tmp_path, tokenizer, monkeypatch):
+    """eval.prm and a prm reward on the same PRM, over two snapshots: the job loads the PRM once,
+    and every target's value and ledger equal those of the old path (each snapshot evaluated
+    alone, prm_bon and native_reward each on a model of its own)."""
+    import race.feedback.loading as loading
+    from race.core.specs import RewardSpec
+    from race.evaluation.eval_job import run_evaluation
+    from race.feedback.rewards import build_model_reward
+
+    prm_dir = str(_write_random_prm(tmp_path / "prm", tokenizer))
+    rung = next((root / "runs").rglob("budget~*"))
+    spec = SMALL.with_overrides(targets=("prm_bon", "native_reward"))
+    reward = RewardSpec(type="prm", prm=prm_dir)
+    alone = [evaluate(root / "base", root / "data", None, spec, adapter=adapter,
+                      prm=loading.load_prm(prm_dir, device="cpu"),
+                      reward=build_model_reward({**reward.to_dict(), "device": "cpu"},
+                                                tokenizer=tokenizer), device="cpu")
+             for adapter in (None, rung)]
+
+    loads = []
+    load = loading.load_feedback_model
+    monkeypatch.setattr(loading, "load_feedback_model",
+                        lambda *a, **kw: loads.append(a[0]) or load(*a, **kw))
+    outs = [tmp_path / "base" / "eval.json", tmp_path / "rung" / "eval.json"]
+    job = EvalJob(policy=str(root / "base"), data_dir=str(root / "data"),
+                  snapshots=[EvalSnapshot(None, str(outs[0])),
+                             EvalSnapshot(str(rung), str(outs[1]))],
+                  spec=spec, reward=reward, prm=prm_dir, device="cpu", study="t")
+    written = dict(run_evaluation(job))
+    assert loads == [prm_dir]
+    for out, old in zip(outs, alone, strict=True):
+        new = json.loads(out.read_text())
+        assert new == written[str(out)]
+        assert _strip_wall(new["targets"]) == _strip_wall(old["targets"])
+        assert new["charged_total"] == old["charged_total"]
+        assert new["executed_total"] == old["executed_total"]
+        assert all(new["targets"][t]["flops_parts"]["scoring"]["model"] > 0
+                   for t in ("prm_bon", "native_reward"))
+
+
 def test_cli_base_policy(root, tmp_path, capsys):
     from race.cli import main
 

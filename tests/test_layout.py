@@ -126,13 +126,16 @@ def test_one_command_table():
 
 def schema_keys() -> list[tuple[str, ...]]:
     """Every key path of the schema: top-level keys, and the keys inside each section (for a
-    map of named entries -- allocations, rewards, resources -- the keys of one entry)."""
+    map of named entries -- allocations, rewards, resources -- the keys of one entry; a map of
+    plain values, such as revisions, has none)."""
     keys = []
     for section, node in schema.schema()["properties"].items():
         keys.append((section,))
         if node.get("type") == "object":
+            entry = node.get("additionalProperties")
             for key in schema.properties(section) if (
-                    "properties" in node or "additionalProperties" in node) else []:
+                    "properties" in node or isinstance(entry, dict) and "properties" in entry
+            ) else []:
                 keys.append((section, key))
     return keys
 

@@ -9,7 +9,7 @@ rule data:
         eval_in=in_results("data/eval_in.jsonl"),
         eval_ood=in_results("data/eval_ood.jsonl"),
     params:
-        config=STUDY.slice("task"),
+        config=STUDY.data_slice(),
         out=lambda w, output: os.path.dirname(output.train),
     log:
         "logs/data.log",

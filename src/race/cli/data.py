@@ -15,11 +15,13 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from race.data.sources import write_task_data
 
-    task = {}
+    task, revisions = {}, {}
     if args.config:
         from race.study.config import load_study
 
-        task = dict(load_study(args.config).config.get("task", {}))
-    paths = write_task_data(task, args.out)
+        study = load_study(args.config)
+        task = dict(study.config.get("task", {}))
+        revisions = study.revisions_of(study.source.hf_id, study.source.hf_ood_id)
+    paths = write_task_data(task, args.out, revisions)
     print(json.dumps({k: str(v) for k, v in paths.items()}))
     return 0

@@ -20,12 +20,15 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from race.core.references import pinned
     from race.evaluation.eval_job import run_evaluation
 
-    for out, payload in run_evaluation(load_job("evaluate", args)):
-        for target, r in payload["targets"].items():
-            print(f"{target}: skipped ({r['skipped']})" if r["skipped"] else
-                  f"{target}: {r['acc']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}] n={r['n']} "
-                  f"eval FLOPs {r['flops']['model']:.3g}")
-        print(f"wrote {out} ({payload['wall_s']:.1f} s)")
+    job = load_job("evaluate", args)
+    with pinned(job.revisions):  # the hub revisions of its policy, reward model and PRM
+        for out, payload in run_evaluation(job):
+            for target, r in payload["targets"].items():
+                print(f"{target}: skipped ({r['skipped']})" if r["skipped"] else
+                      f"{target}: {r['acc']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}] n={r['n']} "
+                      f"eval FLOPs {r['flops']['model']:.3g}")
+            print(f"wrote {out} ({payload['wall_s']:.1f} s)")
     return 0

@@ -396,12 +396,18 @@ def gsm8k_record(example: dict) -> dict:
 
 
 def load_hf_split(dataset_id: str, split: str, config_name: str | None = None,
-                  mapper=gsm8k_record, **load_kwargs) -> list[Record]:
-    """Load a ``datasets`` split (a hub id needs a reachable hub; a builder such as ``json``
-    with ``data_files=`` works offline). ``mapper`` turns one example into a task record."""
+                  mapper=gsm8k_record, revision: str | None = None,
+                  **load_kwargs) -> list[Record]:
+    """Load a ``datasets`` split (a hub id needs a reachable hub, and loads at ``revision``,
+    else at its pin (:func:`race.core.references.revision_of`), else at the default branch; a
+    builder such as ``json`` with ``data_files=`` works offline). ``mapper`` turns one example
+    into a task record."""
     from datasets import load_dataset
 
-    ds = load_dataset(dataset_id, config_name, split=split, **load_kwargs)
+    from race.core.references import revision_of
+
+    ds = load_dataset(dataset_id, config_name, split=split,
+                      revision=revision_of(dataset_id, revision), **load_kwargs)
     return [Record(**{k: v for k, v in mapper(ex).items() if k in ("prompt", "answer",
                                                                     "solution")})
             for ex in ds]

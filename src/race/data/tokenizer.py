@@ -47,8 +47,9 @@ def save_tokenizer(out_dir: str | Path, alphabet: str = ALPHABET) -> Path:
     return out_dir
 
 
-def load_tokenizer(path: str | Path):
-    """Reload any tokenizer directory (ours or a hub model's).
+def load_tokenizer(path: str | Path, revision: str | None = None):
+    """Reload any tokenizer directory (ours or a hub model's); a hub id loads at ``revision``,
+    else at its pin (:func:`race.core.references.revision_of`), else at the default branch.
 
     Ours is loaded as the plain fast tokenizer it was saved as: ``AutoTokenizer`` in a model
     directory follows the model's config (``qwen2`` -> ``Qwen2Tokenizer``), whose own
@@ -58,12 +59,16 @@ def load_tokenizer(path: str | Path):
 
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    from race.core.references import revision_of
+
+    revision = revision_of(path, revision) or "main"
     config = Path(path) / "tokenizer_config.json"
     saved_class = json.loads(config.read_text()).get("tokenizer_class") if config.exists() else None
     if saved_class in ("TokenizersBackend", "PreTrainedTokenizerFast"):
-        tok = PreTrainedTokenizerFast.from_pretrained(str(path))
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path), revision=revision)
     else:
-        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False,
+                                            revision=revision)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok

@@ -19,6 +19,7 @@ from typing import Any
 from race.core.atomic import write_json_atomic
 from race.core.specs import EvalSpec, RewardSpec
 from race.data.task import Record, load_jsonl
+from race.evaluation.feedback_models import FeedbackModels
 from race.evaluation.snapshot import load_snapshot, rung_info
 from race.evaluation.targets import Evaluator, add_flops, flops_json
 from race.policy.device import prepare_device
@@ -30,20 +31,23 @@ def _load_split(data_dir: str | Path, name: str) -> list[Record]:
     return load_jsonl(Path(data_dir) / f"{name}.jsonl")
 
 
-def _resolve_prm(prm, spec: EvalSpec, results_dir: str | Path, device: str):
-    """(scorer or None, description). A string is loaded with race.feedback.loading.load_prm
-    on ``device`` (imported here: the feedback models are only needed when a PRM is used)."""
+def _resolve_prm(prm, spec: EvalSpec, results_dir: str | Path, device: str,
+                 models: FeedbackModels | None = None, tokenizer=None):
+    """(scorer or None, description). A string is loaded on ``device`` through ``models`` (the
+    job's cache; a fresh one when None), probed against the policy's ``tokenizer`` as the
+    native_reward model is, so that one instance can serve both."""
     prm = spec.prm if prm is None else prm
     if prm is None or "prm_bon" not in spec.targets:
         return None, None
     if isinstance(prm, str | Path):
-        from race.feedback.loading import load_prm
-
-        return load_prm(str(prm), results_dir=str(results_dir), device=device), str(prm)
+        models = models or FeedbackModels()
+        return models.load(str(prm), str(results_dir), policy_tokenizer=tokenizer,
+                           device=device), str(prm)
     return prm, getattr(prm, "name", type(prm).__name__)
 
 
-def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path, device: str):
+def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path, device: str,
+                    models: FeedbackModels | None = None):
     if reward is None or "native_reward" not in spec.targets:
         return None, None
     if isinstance(reward, RewardSpec):
@@ -53,7 +57,8 @@ def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path, 
 
         # Its feedback model computes beside the policy unless the entry names a device.
         return build_reward({"device": device, **reward}, tokenizer=tokenizer,
-                            results_dir=str(results_dir)), reward
+                            results_dir=str(results_dir),
+                            load=(models or FeedbackModels()).load), reward
     return reward, getattr(reward, "__name__", type(reward).__name__)
 
 
@@ -62,15 +67,18 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
              reward: RewardSpec | dict | Callable | None = None,
              prm: str | Path | Any | None = None,
              results_dir: str | Path = "results", dtype: str = "float32",
-             device: str = "auto") -> dict:
+             device: str = "auto", feedback_models: FeedbackModels | None = None) -> dict:
     """Evaluate one snapshot on every target of ``spec``; returns (and writes to ``out``) the
     ``eval.json`` payload.
 
     ``reward``: a ``rewards:`` entry (dict, built with race.feedback.rewards.build_reward) or a
     reward object; ``prm``: a PRM ladder name (``results_dir/prm/size~NAME``), a path or hub id
-    (loaded with race.feedback.loading.load_prm), or a scorer object; ``None`` falls back to
+    (loaded as race.feedback.loading.load_prm loads it), or a scorer object; ``None`` falls back to
     ``spec.prm``. ``dtype``: the weights' dtype (``training.dtype``); ``device``: the
     config's ``device`` (:mod:`race.policy.device`), for the policy and its feedback models.
+    ``feedback_models``: the job's cache of loaded feedback models (:class:`FeedbackModels`),
+    shared by every snapshot of a job; None: one for this call, where ``prm`` and ``reward``
+    naming the same model with the same options still share one instance.
     """
     t0 = time.perf_counter()
     spec = spec or EvalSpec()
@@ -82,8 +90,10 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
     snap = load_snapshot(policy, adapter, merge=spec.merge_adapter,
                          attn_implementation=spec.attn_implementation, dtype=dtype,
                          device=device)
-    scorer, prm_name = _resolve_prm(prm, spec, results_dir, device)
-    reward_fn, reward_desc = _resolve_reward(reward, spec, snap.tokenizer, results_dir, device)
+    models = feedback_models or FeedbackModels()
+    scorer, prm_name = _resolve_prm(prm, spec, results_dir, device, models, snap.tokenizer)
+    reward_fn, reward_desc = _resolve_reward(reward, spec, snap.tokenizer, results_dir, device,
+                                             models)
     evaluator = Evaluator(snap, eval_in, eval_ood, spec, prm=scorer, reward=reward_fn)
     results = evaluator.run()
     payload = {
@@ -120,15 +130,18 @@ def _sharing_note(spec: EvalSpec) -> str:
 def run_evaluation(job):
     """``race evaluate``: every snapshot of a :class:`race.core.jobs.EvalJob` (each on its own
     targets when the snapshot names them), one after the other in this process (the policy is
-    reloaded per snapshot: merging an adapter changes its weights). Yields ``(eval.json path,
-    payload)`` as each is written; with live MLflow the metrics also go to the cell's run at
-    the rung's training step."""
+    reloaded per snapshot: merging an adapter changes its weights; each feedback model is
+    loaded once, on the first snapshot that uses it, and kept for the others). Yields
+    ``(eval.json path, payload)`` as each is written; with live MLflow the metrics also go to
+    the cell's run at the rung's training step."""
+    models = FeedbackModels()
     for snapshot in job.snapshots:
         spec = job.spec if snapshot.targets is None else job.spec.with_overrides(
             targets=tuple(snapshot.targets))
         payload = evaluate(job.policy, job.data_dir, snapshot.out, spec,
                            adapter=snapshot.adapter, reward=job.reward, prm=job.prm,
-                           results_dir=job.results_dir, dtype=job.dtype, device=job.device)
+                           results_dir=job.results_dir, dtype=job.dtype, device=job.device,
+                           feedback_models=models)
         if job.mlflow is not None and job.mlflow.enabled and snapshot.adapter is not None:
             from race.tracking.eval_metrics import log_to_mlflow
 

@@ -40,7 +40,8 @@ def load_snapshot(policy: str | Path, adapter: str | Path | None = None, *, merg
     optionally the LoRA adapter in ``adapter``.
 
     ``merge``: fold the adapter into the base weights (``merge_and_unload``); otherwise keep it
-    as a separate PEFT module and charge its FLOPs. The tokenizer is the base policy's.
+    as a separate PEFT module and charge its FLOPs. The tokenizer is the base policy's. The
+    policy moves to ``device`` before the adapter is applied, so the merge runs there.
     """
     import torch
 
@@ -51,7 +52,7 @@ def load_snapshot(policy: str | Path, adapter: str | Path | None = None, *, merg
     if adapter is not None:
         check_adapter_dir(adapter)  # safetensors only, checked before the policy loads
     model = load_policy(str(policy), attn_implementation=attn_implementation,
-                        dtype=getattr(torch, dtype))
+                        dtype=getattr(torch, dtype)).to(device)  # a 7B merge is slow on a CPU
     arch = flops.Arch.from_config(model.config)
     lora = None
     if adapter is not None:
@@ -62,6 +63,7 @@ def load_snapshot(policy: str | Path, adapter: str | Path | None = None, *, merg
             model = model.merge_and_unload()
         else:
             lora = lora_spec_of(adapter)
+    # PEFT puts each adapter weight beside its base layer: this only makes sure of it.
     model.to(device).eval()
     return Snapshot(model, load_tokenizer(policy), arch, lora, str(policy),
                     None if adapter is None else str(adapter), adapter is not None and merge)

@@ -16,10 +16,13 @@ _HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "tokeniz
 # --------------------------------------------------------------------------- loading
 
 
-def resolve_model_dir(spec: str | Path, results_dir: str | Path = "results") -> Path:
+def resolve_model_dir(spec: str | Path, results_dir: str | Path = "results",
+                      revision: str | None = None) -> Path:
     """A local directory for a feedback-model spec: a PRM ladder name ->
     ``results_dir/prm/size~NAME``; an existing directory -> itself; a hub id (``org/name``)
-    -> ``huggingface_hub.snapshot_download`` (``ValueError`` when the hub is unreachable)."""
+    -> ``huggingface_hub.snapshot_download`` at ``revision``, else at its pin
+    (:func:`race.core.references.revision_of`), else at the default branch (``ValueError``
+    when the hub is unreachable)."""
     from race.core.ladder import LADDER_DIALS
 
     text = str(spec)
@@ -36,16 +39,20 @@ def resolve_model_dir(spec: str | Path, results_dir: str | Path = "results") -> 
     if not is_hub_id(text):
         raise FileNotFoundError(f"feedback model {text!r}: not a PRM ladder name "
                                 f"({', '.join(LADDER_DIALS)}), a directory or a hub id")
+    from race.core.references import revision_of
+
+    revision = revision_of(text, revision)
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(text, allow_patterns=_HUB_FILES))
+        return Path(snapshot_download(text, revision=revision, allow_patterns=_HUB_FILES))
     except Exception as exc:  # offline, unknown id, gated repository: all end here
         reason = (str(exc).splitlines() or [""])[0][:200]
+        at = f" --revision {revision}" if revision else ""
         raise ValueError(
             f"feedback model {text!r}: not a local directory, and the Hugging Face hub did not "
             f"provide it ({type(exc).__name__}: {reason}). "
-            f"Download it where the hub is reachable (`hf download {text} --local-dir DIR`) "
+            f"Download it where the hub is reachable (`hf download {text}{at} --local-dir DIR`) "
             "and pass DIR instead.") from None
 
 

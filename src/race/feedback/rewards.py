@@ -43,13 +43,14 @@ class RuleReward:
     reads = None
 
 
-def build_reward(spec: dict, tokenizer=None, results_dir=None):
-    """The reward object for a ``rewards:`` config entry (``type`` rule, prm, rule+prm, orm)."""
+def build_reward(spec: dict, tokenizer=None, results_dir=None, *, load=None):
+    """The reward object for a ``rewards:`` config entry (``type`` rule, prm, rule+prm, orm);
+    ``load``: how a feedback model is loaded (:func:`build_model_reward`)."""
     kind = spec.get("type", "rule")
     if kind == "rule":
         return RuleReward(spec.get("verifier", "task"))
     if kind in ("prm", "rule+prm", "orm"):
-        return build_model_reward(spec, tokenizer=tokenizer, results_dir=results_dir)
+        return build_model_reward(spec, tokenizer=tokenizer, results_dir=results_dir, load=load)
     raise ValueError(f"rewards: unknown type {kind!r} (known: rule, prm, rule+prm, orm)")
 
 
@@ -122,14 +123,17 @@ def combine(rule: Sequence[float], model: Sequence[float], weight: float) -> lis
     return [(1.0 - weight) * r + weight * m for r, m in zip(rule, model, strict=True)]
 
 
-def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | None = "results"):
+def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | None = "results",
+                       *, load=None):
     """The reward object for a ``rewards:`` entry of type ``prm``, ``rule+prm`` or ``orm``.
 
     Keys: ``prm`` / ``orm`` (ladder name, directory or hub id), ``aggregate`` (min),
     ``weight`` (rule+prm, 0.5), ``verifier`` (task | math: the rule+prm verifier, and how a
     PRM reward reads whether a completion states a final answer), and the model options
     :data:`race.core.specs.MODEL_OPTIONS`. ``tokenizer`` is the policy's (vocabulary probe
-    and ``bound``).
+    and ``bound``). ``load``: called as ``load(reference, results_dir, policy_tokenizer=,
+    **options)``; None is :func:`race.feedback.loading.load_feedback_model` (a fresh model), an
+    evaluation job passes its cache (one model shared by the rewards and scorers that name it).
     """
     kind = spec.get("type")
     if kind not in ("prm", "rule+prm", "orm"):
@@ -141,9 +145,9 @@ def build_model_reward(spec: dict, tokenizer=None, results_dir: str | Path | Non
     from race.core.specs import MODEL_OPTIONS
     from race.feedback.loading import load_feedback_model
 
-    model = load_feedback_model({key: spec[key], **{k: spec[k] for k in MODEL_OPTIONS
-                                                     if k in spec}},
-                                results_dir or "results", policy_tokenizer=tokenizer)
+    load = load or load_feedback_model
+    model = load(spec[key], results_dir or "results", policy_tokenizer=tokenizer,
+                 **{k: spec[k] for k in MODEL_OPTIONS if k in spec})
     if (model.kind == "orm") != (kind == "orm"):
         raise ValueError(f"rewards: {spec[key]!r} is a{'n ORM' if model.kind == 'orm' else ' PRM'}"
                          f", not usable as a {kind} reward")

@@ -8,8 +8,9 @@
   before a rerun are rebuilt from the ledger (:func:`rebuild_rungs`), not retrained. Anything
   missing or damaged sends the run back to its checkpoint (which rewrites ``metrics.jsonl``)
   or to a fresh start.
-* The fingerprint (:func:`job_fingerprint`): a digest of the job's trajectory-defining fields
-  and the stamps of its local inputs, carried by checkpoints and ``train.json``.
+* The fingerprint (:func:`job_fingerprint`): a digest of the job's trajectory-defining fields,
+  the stamps of its local inputs and the references of its hub inputs (revision asked for,
+  commit it resolved to: :func:`job_references`), carried by checkpoints and ``train.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from race.core.atomic import write_text_atomic
 from race.core.cells import DONE, rung_dir
 from race.core.jobs import RUN_OPTIONS, TrainJob, to_json
 from race.core.outputs import CorruptOutputError, read_output
+from race.core.references import hub_references
 from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import FLOPS_CONVENTION
 
@@ -69,12 +71,23 @@ def _stamps(path: Path) -> list:
     return []
 
 
+def job_references(job: TrainJob) -> dict[str, dict]:
+    """The hub-id inputs of the job (base policy, its reward's PRM or ORM), each with the
+    revision it asks for and the commit that resolves to in the local hub cache
+    (:func:`race.core.references.hub_references`): what ``train.json`` records under
+    ``references``."""
+    return hub_references([job.base, job.reward.model], job.revisions)
+
+
 def job_fingerprint(job: TrainJob) -> str:
     """A digest of what decides the run's trajectory and its ledger: the job's fields (less
     :data:`NOT_TRAJECTORY`), the stamps of its local inputs (base policy, training data, the
-    trained PRM of its reward) and the meter's :data:`FLOPS_CONVENTION`. Reused state must
-    carry the same digest."""
+    trained PRM of its reward), the references of its hub inputs (:func:`job_references`:
+    a new commit of a hub model is another run) and the meter's :data:`FLOPS_CONVENTION`.
+    Reused state must carry the same digest. A job with no hub input hashes what it did
+    before references existed, byte for byte (its JSON has no empty ``revisions`` either)."""
     fields = {k: v for k, v in json.loads(to_json(job)).items() if k not in NOT_TRAJECTORY}
+    fields.pop("revisions", None)  # in the references, with what they resolved to
     fields["reward"] = {k: v for k, v in fields["reward"].items()
                         if k not in REWARD_NOT_TRAJECTORY}
     inputs = [Path(job.base), Path(job.train_data)]
@@ -83,8 +96,11 @@ def job_fingerprint(job: TrainJob) -> str:
         ladder = Path(job.results_dir) / "prm" / f"size~{prm}"
         inputs.append(ladder if ladder.is_dir() else Path(str(prm)))
     stamps = [s for p in inputs for s in _stamps(p)]
-    payload = json.dumps({"job": fields, "inputs": stamps, "flops": FLOPS_CONVENTION},
-                         sort_keys=True)
+    body = {"job": fields, "inputs": stamps, "flops": FLOPS_CONVENTION}
+    references = job_references(job)
+    if references:
+        body["references"] = references
+    payload = json.dumps(body, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

@@ -42,8 +42,9 @@ step. A rung is retrained only when its adapter is gone.
 
 Whatever is reused must come from the same job: checkpoints and ``train.json`` carry a
 fingerprint of the job's trajectory-defining fields and of its inputs (the base policy's files,
-the training data, a trained PRM), so a rerun after a config or input change starts fresh
-instead of resuming a different run.
+the training data, a trained PRM; for a hub id, the revision asked for and the commit it
+resolved to, recorded under ``references`` in ``train.json``), so a rerun after a config or
+input change starts fresh instead of resuming a different run.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from race.core.atomic import make_temp_dir, write_json_atomic, write_text_atomic
 from race.core.cells import DONE, PERF, format_budget, rung_dir
 from race.core.jobs import TrainJob
 from race.core.outputs import read_output
+from race.core.references import pinned
 from race.flops import analytic as flops
 from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import BatchShapes, StepMeter, generation_step_bound
@@ -70,6 +72,7 @@ from race.grpo.adapter_card import finish_adapter
 from race.grpo.resume import (
     discard_partial_snapshots,
     job_fingerprint,
+    job_references,
     latest_checkpoint,
     ledger_summary,
     rebuild_rungs,
@@ -128,6 +131,7 @@ class MeteredRun:
         self.rung_counters: dict[float, dict] = {}  # rung -> counters (and step) at its snapshot
         self.next_bound: int | None = None  # the bound the last step's rung check used
         self.fingerprint = job_fingerprint(job)
+        self.references = job_references(job)  # hub inputs: revision and commit (train.json)
         self.finished = False
         self.recorder = PhaseRecorder()  # the trainer's seams write into it
         self.logger = None
@@ -336,7 +340,8 @@ def run_training(job: TrainJob) -> dict:
     # the key, nothing written.
     device = prepare_device(job.device, job.dtype, one_gpu=True)
     run_dir = Path(job.run_dir)
-    with run_lock(run_dir):
+    # The job's hub revisions pin every load, the reward's feedback model's included.
+    with run_lock(run_dir), pinned(job.revisions):
         return _train(job, run_dir, device)
 
 
@@ -409,10 +414,10 @@ def _prepare(job: TrainJob, run_dir: Path, device: str) -> Prepared:
     write_json_atomic(run_dir / PERF, {"device": device, "threads": torch.get_num_threads(),
                                        **kernel_path(), **asdict(peak)}, indent=1)
     torch.manual_seed(job.seed)
-    tokenizer = load_tokenizer(job.base)
+    tokenizer = load_tokenizer(job.base, revision=job.revisions.get(job.base))
     dataset, max_prompt = _dataset(job.train_data, tokenizer)
     policy = load_policy(job.base, attn_implementation=job.attn_implementation,
-                         dtype=getattr(torch, job.dtype))
+                         dtype=getattr(torch, job.dtype), revision=job.revisions.get(job.base))
     # The feedback model computes beside the policy unless its rewards: entry names a device.
     reward = build_reward({"device": device, **job.reward.to_dict()}, tokenizer=tokenizer,
                           results_dir=job.results_dir)
@@ -486,11 +491,14 @@ def _build_trainer(run: MeteredRun, ready: Prepared, job: TrainJob, device: str)
 
 
 def _finish(run: MeteredRun, job: TrainJob, run_dir: Path) -> dict:
-    """Write the run's ledger, ``train.json`` (the top rung's totals, and the state that
-    rebuilds every rung's summary) and ``DONE``; returns the summary."""
+    """Write the run's ledger, ``train.json`` (the top rung's totals, the ``references`` of
+    its hub inputs when it has any -- the one record of the commits a run used -- and the
+    state that rebuilds every rung's summary) and ``DONE``; returns the summary."""
     run.ledger.save(run_dir / "ledger.json")
     summary = ledger_summary(run.ledger, job.budget, dict(run.counters))
     summary.pop("rows")
+    if run.references:
+        summary["references"] = run.references
     write_json_atomic(run_dir / "train.json", {**summary, "state": run.state()})
     (run_dir / DONE).write_text("")
     return summary

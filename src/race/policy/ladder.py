@@ -62,13 +62,18 @@ def build_ladder_model(name: str, tokenizer, seed: int = 0, attn_implementation:
     return Qwen2ForCausalLM(config)
 
 
-def load_policy(spec: str | Path, attn_implementation: str = "sdpa", dtype=None):
+def load_policy(spec: str | Path, attn_implementation: str = "sdpa", dtype=None,
+                revision: str | None = None):
     """Load a causal LM from a hub id or a local directory: no remote code, safetensors only.
+    A hub id loads at ``revision``, else at its pin (:func:`race.core.references.revision_of`),
+    else at the hub's default branch.
 
     Ladder names are not accepted here: a ladder policy is first pretrained (``race pretrain``)
     and then loaded from its directory like any other checkpoint.
     """
     from transformers import AutoModelForCausalLM
+
+    from race.core.references import revision_of
 
     spec = str(spec)
     if is_ladder_name(spec):
@@ -81,6 +86,7 @@ def load_policy(spec: str | Path, attn_implementation: str = "sdpa", dtype=None)
         use_safetensors=True,
         attn_implementation=attn_implementation,
         dtype=dtype,
+        revision=revision_of(spec, revision) or "main",
     )
 
 

@@ -412,6 +412,24 @@ def _check_teacher(study: Study) -> None:
                           "false")
 
 
+def _check_revisions(study: Study) -> None:
+    """``revisions:`` pins only hub ids the config loads (a typo would otherwise leave the
+    id it meant unpinned, silently)."""
+    from race.core.references import is_hub_reference
+
+    source = study.source
+    named = [*study.sizes, *study.prm_sizes, *(r.model for r in study.rewards.values()),
+             study.eval.prm, *((source.hf_id, source.hf_ood_id) if source.kind == "hf" else ())]
+    hub = sorted({s for s in named if is_hub_reference(s)})
+    for key in study.revisions:
+        if key not in hub:
+            why = ("a local folder, covered by its files" if Path(key).is_dir() else
+                   "not a hub id the config loads" if is_hub_id(key) else "not a hub id")
+            raise ConfigError(f"revisions.{key}: {why}; pin one of the hub ids of sizes, "
+                              "prm.sizes, rewards, eval.prm, task.hf_id and task.hf_ood_id "
+                              f"({', '.join(hub) or 'the config names none'})")
+
+
 def _check_eval(study: Study) -> None:
     """An hf task has its own OOD split for ood_pass1; a named best-of-n PRM exists."""
     if (study.source.kind == "hf" and not study.source.hf_ood_id
@@ -468,6 +486,7 @@ def check_study(study: Study) -> Study:
     _check_budgets(study)
     _check_teacher(study)
     _check_eval(study)
+    _check_revisions(study)
     _check_race(study)
     _check_first_rung(study)
     try:
