@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORES  ?= all
 
-.PHONY: run test figures ui lint dry-run clean lock
+.PHONY: run test rehearsal figures ui lint dry-run clean lock
 
 $(STAMP): envs/requirements.txt envs/requirements-dev.txt envs/constraints.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,13 @@ run: $(STAMP)
 ## test: the test suite (CPU, deterministic)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## rehearsal: every code path of configs/qwen2.5.yaml at CPU scale, on offline stand-ins for
+## the hub (tiny Qwen2 policies and a Qwen2.5-Math-PRM-layout PRM that `race stand-ins` writes)
+REHEARSAL_HUB := results-rehearsal/hub
+rehearsal: $(STAMP)
+	test -f $(REHEARSAL_HUB)/stand_ins.json || $(BIN)/race stand-ins --out $(REHEARSAL_HUB)
+	$(BIN)/snakemake --cores $(CORES) --configfile configs/rehearsal.yaml
 
 ## figures: regenerate reports/ from the existing results
 figures: $(STAMP)
@@ -42,7 +49,7 @@ dry-run: $(STAMP)
 	$(BIN)/snakemake -n
 
 clean:
-	rm -rf results logs benchmarks .snakemake
+	rm -rf results results-rehearsal logs benchmarks .snakemake
 
 ## lock: resolve envs/requirements-dev.txt afresh in a scratch venv (from the indexes pip is
 ## configured with, as `make` installs from) and write the version of every package it

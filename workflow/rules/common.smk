@@ -3,6 +3,7 @@
 # built by race.study.builders from the typed study).
 import json
 import os
+import re
 import sys
 
 from race.cli import invocation
@@ -145,7 +146,7 @@ def pilot_evals(w=None):
 
 
 def base_evals(w=None):
-    return [in_results(f"base/size~{s}/eval.json") for s in LADDER]
+    return [str(STUDY.base_eval(s)) for s in STUDY.sizes]
 
 
 def validation_evals(w):

@@ -52,16 +52,16 @@ rule evaluate_base:
     conda:
         "../../envs/race.yaml"
     input:
-        base=in_results("base/size~{size}/pre.json"),
+        base=base_input,
         data=rules.data.output.eval_in,
         prm=EVAL_PRM_INPUT,
         reward=BASE_REWARD_INPUT,
     output:
         evals=in_results("base/size~{size}/eval.json"),
     params:
-        job=lambda w: J.to_json(B.base_eval_job(STUDY, w.size)),
+        job=lambda w: J.to_json(B.base_eval_job(STUDY, STUDY.unslug(w.size))),
     wildcard_constraints:
-        size="|".join(LADDER) or "^$",
+        size="|".join(re.escape(C.slug(s)) for s in STUDY.sizes),
     log:
         "logs/base/size~{size}.eval.log",
     benchmark:

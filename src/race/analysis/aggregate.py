@@ -45,8 +45,7 @@ def rung_row(study: Study, cell: C.Cell, budget: float, stage: str) -> dict:
     rung = C.rung_dir(study.run_dir(cell), budget)
     ledger = read_output(rung / "ledger.json")
     phases = ledger["phases"]
-    base = read_output(Path(study.base_dir(cell.size)) / "pre.json") if C.is_ladder(
-        cell.size) else {}
+    base = size_params(study, cell.size)
     row = {"study": study.name, "stage": stage, "cell": cell.key, "size": cell.size,
            "reward": cell.reward, "alloc": cell.alloc, "seed": cell.seed, "budget": budget,
            **_knobs(study, cell.alloc),
@@ -55,7 +54,7 @@ def rung_row(study: Study, cell: C.Cell, budget: float, stage: str) -> dict:
            "flops_total": ledger["model_flops"], "exec_flops_total": ledger["executed_flops"],
            "p_learning": ledger["p_learning"], "max_step_flops": ledger["max_step_model_flops"],
            "wall_s": sum(p["wall_s"] for p in phases.values()),
-           "params": base.get("params"), "non_embedding_params": base.get("non_embedding_params")}
+           **base}
     for p in cols.BUDGET_PHASES:
         row[f"flops_{p}"] = phases[p]["model_flops"]
         row[f"exec_flops_{p}"] = phases[p]["executed_flops"]
@@ -80,14 +79,27 @@ def perf_columns(phases: dict, run_dir: Path) -> dict:
     return row
 
 
+def size_params(study: Study, size: str) -> dict:
+    """``params`` and ``non_embedding_params`` of a size: a ladder policy's ``pre.json``;
+    otherwise its architecture (a model folder's config, or a known architecture), None for
+    a hub id whose architecture is not known offline."""
+    if C.is_ladder(size):
+        pre = read_output(Path(study.base_dir(size)) / "pre.json")
+        return {k: pre[k] for k in ("params", "non_embedding_params")}
+    from race.flops.analytic import resolve_arch
+
+    try:
+        arch = resolve_arch(size)
+    except (ValueError, KeyError, FileNotFoundError):
+        return {"params": None, "non_embedding_params": None}
+    return {"params": arch.params(), "non_embedding_params": arch.non_embedding_params()}
+
+
 def base_rows(study: Study) -> list[dict]:
-    """Budget-0 rows: each ladder base policy, once per reward x allocation it starts."""
+    """Budget-0 rows: each base policy, once per reward x allocation it starts."""
     rows = []
     for size in study.sizes:
-        if not C.is_ladder(size):
-            continue
-        base = Path(study.base_dir(size))
-        pre, ev = read_output(base / "pre.json"), read_output(base / "eval.json")
+        ev = read_output(study.base_eval(size))
         for reward in study.rewards:
             for alloc in study.allocations:
                 row = {"study": study.name, "stage": "base",
@@ -96,8 +108,7 @@ def base_rows(study: Study) -> list[dict]:
                        "seed": study.seeds[0], "budget": 0.0, **_knobs(study, alloc),
                        "steps": 0, "updates": 0, "rollouts": 0, "prompts_seen": 0,
                        "p_learning": 0.0, "max_step_flops": 0, "wall_s": 0.0,
-                       "params": pre["params"],
-                       "non_embedding_params": pre["non_embedding_params"]}
+                       **size_params(study, size)}
                 for p in ("total", *cols.BUDGET_PHASES):
                     row[f"flops_{p}"] = 0
                     row[f"exec_flops_{p}"] = 0

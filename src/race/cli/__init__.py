@@ -35,6 +35,7 @@ COMMANDS: dict[str, Command] = {
     "check-config": Command("race.cli.check_config", False),
     "data": Command("race.cli.data", False),
     "tokenizer": Command("race.cli.tokenizer", True),
+    "stand-ins": Command("race.cli.stand_ins", True),
     "pretrain": Command("race.cli.pretrain", True),
     "prm": Command("race.cli.prm", True),
     "train": Command("race.cli.train", True),

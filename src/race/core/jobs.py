@@ -59,6 +59,9 @@ class TrainJob:
     device: str = default("device")
     results_dir: str = default("results_dir")
     tags: dict = field(default_factory=dict)
+    # hub id -> revision, for the hub ids it loads (base, the reward's model): see
+    # race.core.references. Left out of the JSON while empty (OMIT_EMPTY).
+    revisions: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.rungs:
@@ -110,6 +113,9 @@ class EvalJob:
     mlflow: MlflowSpec | None = None
     run_dir: str | None = None  # the cell's run folder (its mlflow_run_id)
     study: str = "race"
+    # hub id -> revision, for the hub ids it loads (policy, reward model, PRM): see
+    # race.core.references. Left out of the JSON while empty (OMIT_EMPTY).
+    revisions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -147,15 +153,20 @@ JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": 
 #: cell of a study.
 RUN_OPTIONS = {"train": ("mlflow", "save_every")}
 _SPECS = {EvalJob: EvalSpec, PretrainJob: PretrainSpec, PrmJob: PRMSpec}
+#: Fields a job's JSON leaves out while they are empty (:func:`from_json` restores their
+#: default): a job that pins no hub revision keeps the JSON, hence the Snakemake params and
+#: the run fingerprint, it had before ``revisions`` existed.
+OMIT_EMPTY = ("revisions",)
 
 
 # --------------------------------------------------------------------------- JSON
 
 
 def to_json(job, without: tuple[str, ...] = ()) -> str:
-    """The job as JSON (what ``race <verb> --job`` reads), less the fields ``without``."""
+    """The job as JSON (what ``race <verb> --job`` reads), less the fields ``without`` and
+    the empty ones of :data:`OMIT_EMPTY`."""
     payload = {name: getattr(job, name) for name in _field_names(type(job))
-               if name not in without}
+               if name not in without and (name not in OMIT_EMPTY or getattr(job, name))}
     return json.dumps(payload, sort_keys=True, default=as_dict)
 
 

@@ -165,6 +165,7 @@ class TaskSource(_Section):
     hf_config: str | None = None
     hf_ood_id: str | None = None
     hf_ood_config: str | None = None
+    hf_data_files: dict | None = None  # {train, test}: files for a builder hf_id such as json
 
     @classmethod
     def from_config(cls, task: dict) -> TaskSource:

@@ -76,6 +76,8 @@ class Study:
     mlflow: MlflowSpec | None = None
     mlflow_live: bool = False  # training jobs log to MLflow themselves
     resources: Mapping | None = None
+    # hub id -> the revision it is loaded at (race.core.references); None: a slice without it
+    revisions: Mapping[str, str] | None = None
 
     @classmethod
     def from_config(cls, config: Mapping) -> Study:
@@ -115,6 +117,7 @@ class Study:
                 tracking_uri=mlflow["tracking_uri"], artifact_root=mlflow["artifact_root"]),
             mlflow_live=bool(mlflow and mlflow["enabled"] and mlflow["live"]),
             resources=_frozen(c["resources"]) if "resources" in c else None,
+            revisions=_frozen(c["revisions"]) if "revisions" in c else None,
         )
 
     def slice(self, *keys: str) -> str:
@@ -122,6 +125,22 @@ class Study:
         Snakemake's params trigger compares, so editing another section reruns nothing)."""
         return json.dumps({k: self.config[k] for k in keys if k in self.config},
                           sort_keys=True)
+
+    def data_slice(self) -> str:
+        """The data rule's slice: ``task``, and ``revisions`` with the pins of the task's
+        datasets when it pins any (else the JSON is ``slice("task")``'s: pinning a model
+        reruns no data)."""
+        source = self.source
+        pins = self.revisions_of(source.hf_id, source.hf_ood_id) if source.kind == "hf" else {}
+        return json.dumps({"task": self.config["task"], **({"revisions": pins} if pins else {})},
+                          sort_keys=True)
+
+    def revisions_of(self, *specs: str | None) -> dict[str, str]:
+        """The pins (``revisions:``) of the hub ids among ``specs``: what a job loading them
+        carries. None pinned when the study carries no ``revisions`` (the data rule's slice
+        leaves them out when no dataset is pinned)."""
+        pins = self.revisions or {}
+        return {s: pins[s] for s in specs if s is not None and s in pins}
 
     # ------------------------------------------------------------------ targets
     @property
@@ -244,6 +263,11 @@ class Study:
     def base_dir(self, size: str) -> str:
         """Directory (or hub id) of a size's base policy."""
         return str(self.results / "base" / f"size~{size}") if is_ladder(size) else size
+
+    def base_eval(self, size: str) -> Path:
+        """The ``eval.json`` of a size's base policy, under ``results/base`` for every size
+        (a hub id or a local folder is never written into)."""
+        return self.results / "base" / f"size~{slug(size)}" / "eval.json"
 
     def prm_dir(self, prm: str) -> str:
         """Directory (or hub id) of a PRM: a ladder PRM is trained under results/prm."""

@@ -58,6 +58,7 @@ def train_job(study: Study, cell: Cell) -> TrainJob:
         results_dir=str(study.results),
         tags={"size": cell.size, "reward": cell.reward, "alloc": cell.alloc,
               "seed": str(cell.seed)},
+        revisions=study.revisions_of(cell.size, study.rewards[cell.reward].model),
     )
 
 
@@ -77,6 +78,7 @@ def _eval_job(study: Study, policy: str, snapshots: list[Snapshot], reward: str,
         device=study.device,
         run_dir=run_dir,
         study=study.name,
+        revisions=study.revisions_of(policy, study.rewards[reward].model, prm),
     )
 
 
@@ -102,11 +104,11 @@ def eval_job(study: Study, cell: Cell, budget: float | None = None) -> EvalJob:
 
 
 def base_eval_job(study: Study, size: str) -> EvalJob:
-    """A ladder base policy: the budget-0 point of its curves, its native reward under
-    :attr:`race.core.study.Study.base_reward` at the shared training temperature."""
-    base = study.base_dir(size)
-    return _eval_job(study, base, [Snapshot(None, f"{base}/eval.json")], study.base_reward,
-                     study.training.temperature, None)
+    """A base policy (ladder, hub id or folder): the budget-0 point of its curves, its native
+    reward under :attr:`race.core.study.Study.base_reward` at the shared training
+    temperature."""
+    return _eval_job(study, study.base_dir(size), [Snapshot(None, str(study.base_eval(size)))],
+                     study.base_reward, study.training.temperature, None)
 
 
 def pretrain_job(study: Study, size: str) -> PretrainJob:

@@ -107,6 +107,9 @@ def check_inputs(study) -> None:
             if getattr(source, key):
                 check_task_file(getattr(source, key), f"task.{key}",
                                 solutions=pretrained and key == "train_jsonl")
+    for split, path in (source.hf_data_files or {}).items():
+        if not Path(path).is_file():
+            raise InputError(f"task.hf_data_files.{split}: {path} is not a file")
     named = [(f"sizes[{i}]", s) for i, s in enumerate(study.sizes)]
     named += [(f"prm.sizes[{i}]", s) for i, s in enumerate(study.prm_sizes)]
     named += [(f"rewards.{name}.{kind}", getattr(r, kind)) for name, r in study.rewards.items()
