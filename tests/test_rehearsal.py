@@ -109,6 +109,14 @@ def test_the_rehearsal_runs_the_real_path(rehearsal):
     stand_in_test = (results / "hub" / "gsm8k" / "test.jsonl").read_text().splitlines()
     eval_in = (results / "data" / "eval_in.jsonl").read_text().splitlines()
     assert len(eval_in) == len(stand_in_test)
+    # The planning bound on prompts holds for the data.
+    from race.data.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(wd / config["sizes"][0])
+    train = [json.loads(line)["prompt"] for line in
+             (results / "data" / "train.jsonl").read_text().splitlines()]
+    assert max(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in train) <= \
+        config["task"]["max_prompt_tokens"]
     assert json.loads(eval_in[0])["solution"].rstrip().split("\n")[-1].startswith("####")
     # The briefly fine-tuned policy earns the rule reward at times (not always zero).
     rule_metrics = sorted(results.glob("runs/*/reward~rule/*/seed~0/metrics.jsonl"))
@@ -126,3 +134,36 @@ def test_the_rehearsal_runs_the_real_path(rehearsal):
         "bfloat16"}
     assert any((d / "checkpoints").glob("checkpoint-*/race_state.json") for d in run_dirs)
     assert (results / "reports" / "report.md").exists()
+
+
+@pytest.mark.slow
+def test_the_memory_estimate_matches_the_measurement(rehearsal, monkeypatch):
+    """race.study.memory's peak for a training job (one step; whole step and micro-batches)
+    and an evaluation job of the rehearsal, within 25% of the tensor memory measured
+    (race.study.memory_probe; bench/calibration/memory_estimate.py prints the table)."""
+    import shutil
+    from dataclasses import replace
+
+    from race.evaluation.eval_job import run_evaluation
+    from race.grpo.run import run_training
+    from race.study.builders import eval_job, train_job
+    from race.study.config import load_study
+    from race.study.memory import eval_job_memory, train_job_memory
+    from race.study.memory_probe import LiveTensorBytes
+
+    monkeypatch.chdir(rehearsal)
+    study = load_study("configs/rehearsal.yaml")
+    prompt = study.source.max_prompt_tokens
+    cell = next(c for c in study.grid_cells() if c.reward == "math-prm" and c.alloc == "base")
+    for micro in (None, 32):
+        job = replace(train_job(study, cell), run_dir=str(rehearsal / "memory-run"),
+                      rungs=[study.budgets[0]], micro_batch_rows=micro)
+        shutil.rmtree(job.run_dir, ignore_errors=True)
+        with LiveTensorBytes() as probe:
+            run_training(job)
+        assert train_job_memory(job, prompt).total == pytest.approx(probe.peak, rel=0.25)
+    job = eval_job(study, cell)
+    job = replace(job, snapshots=[replace(job.snapshots[0], out=str(rehearsal / "m.json"))])
+    with LiveTensorBytes() as probe:
+        list(run_evaluation(job))
+    assert eval_job_memory(job, prompt).total == pytest.approx(probe.peak, rel=0.25)

@@ -13,11 +13,15 @@ HELP = "validate a study config (schema, cross-field, input files and model fold
 
 def add_arguments(p) -> None:
     p.add_argument("config", help="path to a study config YAML")
+    p.add_argument("--flops-per-second", type=float,
+                   help="sustained model FLOP/s for the study's hours (default: the rate of the "
+                        "finished runs in the study's results_dir on its device, if any)")
 
 
 def run(args) -> int:
     from race.study.config import ConfigError, load_study
-    from race.study.plan import format_study_plan, study_plan
+    from race.study.memory import format_study_memory
+    from race.study.plan import format_study_hours, format_study_plan, study_plan, study_rate
 
     try:
         study = load_study(args.config)
@@ -29,5 +33,8 @@ def run(args) -> int:
         return 2
     print(f"{args.config}: valid ({len(study.grid_cells())} grid cells, "
           f"{len(study.budgets)} budget rungs)")
-    print(format_study_plan(study_plan(study)))
+    plan = study_plan(study)
+    print(format_study_plan(plan))
+    print(format_study_hours(plan, *study_rate(study, args.flops_per_second)))
+    print(format_study_memory(study))
     return 0

@@ -129,12 +129,20 @@ def _from_config(args) -> dict:
     if prompt_len is None:
         raise ValueError(f"task.kind {study.source.kind!r}: prompt lengths are known only "
                          "once the data is built; give --prompt-len")
+    from race.core.cells import Cell
+    from race.study.builders import base_eval_job, train_job
+
+    size = args.size or args.size_option
     return {"prompts": a.prompts_per_step, "generations": a.num_generations,
             "num_iterations": a.num_iterations, "prompt_len": prompt_len,
             "completion_len": a.max_completion_length, "lora": a.lora, "beta": a.beta,
             "grad_ckpt": study.training.gradient_checkpointing, "reward_model": model,
             "reward_head": "sequence" if reward.type == "orm" else "token",
-            "budget": args.budget or study.budgets[-1]}
+            "budget": args.budget or study.budgets[-1],
+            # The jobs this cell runs, for their peak-memory estimates.
+            "jobs": (train_job(study, Cell(size, args.reward or next(iter(study.rewards)),
+                                           args.alloc, study.seeds[0])),
+                     base_eval_job(study, size)) if size in study.sizes else None}
 
 
 def _request(args) -> dict:
@@ -224,4 +232,11 @@ def run(args) -> int:
     print(_header(req, arch))
     for label, result in cases.items():
         print(format_plan(result, label))
+    if req.get("jobs"):
+        from race.study.memory import eval_job_memory, train_job_memory
+
+        train, evaluate = req["jobs"]
+        print("peak memory (estimate, tensors only, race.study.memory):\n"
+              f"  train job     {train_job_memory(train, req['prompt_len'], arch).summary()}\n"
+              f"  evaluate job  {eval_job_memory(evaluate, req['prompt_len'], arch).summary()}")
     return 0

@@ -147,7 +147,7 @@ class TaskSpec(_Section):
 
 #: The ``task:`` keys that say where a task's records come from (the rest are TaskSpec's).
 SOURCE_KEYS = ("kind", "train_jsonl", "eval_in_jsonl", "eval_ood_jsonl", "hf_id", "hf_config",
-               "hf_ood_id", "hf_ood_config")
+               "hf_ood_id", "hf_ood_config", "hf_data_files", "max_prompt_tokens")
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,7 @@ class TaskSource(_Section):
     hf_ood_id: str | None = None
     hf_ood_config: str | None = None
     hf_data_files: dict | None = None  # {train, test}: files for a builder hf_id such as json
+    max_prompt_tokens: int | None = None  # planning only: the longest prompt, policy tokens
 
     @classmethod
     def from_config(cls, task: dict) -> TaskSource:

@@ -78,6 +78,7 @@ class Study:
     resources: Mapping | None = None
     # hub id -> the revision it is loaded at (race.core.references); None: a slice without it
     revisions: Mapping[str, str] | None = None
+    gpu_memory_gb: float | None = None  # one GPU's memory: check-config fits every job in it
 
     @classmethod
     def from_config(cls, config: Mapping) -> Study:
@@ -118,6 +119,7 @@ class Study:
             mlflow_live=bool(mlflow and mlflow["enabled"] and mlflow["live"]),
             resources=_frozen(c["resources"]) if "resources" in c else None,
             revisions=_frozen(c["revisions"]) if "revisions" in c else None,
+            gpu_memory_gb=get("gpu_memory_gb"),
         )
 
     def slice(self, *keys: str) -> str:

@@ -27,6 +27,10 @@ QWEN25: dict[str, dict[str, Any]] = {
     "Qwen2.5-3B": _qwen25(2048, 11008, 36, 16, 2, 151936, True, 32768),
     "Qwen2.5-7B": _qwen25(3584, 18944, 28, 28, 4, 152064, False, 131072),
     "Qwen2.5-14B": _qwen25(5120, 13824, 48, 40, 8, 152064, False, 131072),
+    # The Math PRM is the 7B backbone with a score head instead of an LM head: counted as tied
+    # (the embedding once, no head matrix); its head, Linear(h, h) -> Linear(h, 2), is left
+    # out of the parameters (0.2%) and priced by race.flops.analytic.reward_model_flops.
+    "Qwen2.5-Math-PRM-7B": _qwen25(3584, 18944, 28, 28, 4, 152064, True, 4096),
 }
 
 #: Published parameter totals as the model cards print them (billions, 2-3 significant
@@ -37,6 +41,7 @@ PUBLISHED_PARAMS: dict[str, str] = {
     "Qwen2.5-3B": "3.09",
     "Qwen2.5-7B": "7.61",
     "Qwen2.5-14B": "14.7",
+    "Qwen2.5-Math-PRM-7B": "7.07",
 }
 
 _COMMON: dict[str, Any] = {

@@ -267,7 +267,7 @@ def max_prompt_tokens(study: Study) -> int | None:
     tokenizer): the start value, then ``max_steps`` operations, then ``=?\n``; None for
     another task, whose prompt lengths are known once its data is built."""
     if study.source.kind != "arithmetic":
-        return None
+        return study.source.max_prompt_tokens
     task = study.task
     return len(str(task.max_value)) + task.max_steps * (1 + len(str(task.max_operand))) + 3
 
@@ -311,6 +311,29 @@ def _check_first_rung(study: Study) -> None:
                         f"budgets[0]: {first:.3g} FLOPs is below one step of cell "
                         f"{cell_key(size, reward_name, alloc_name, 0)} (up to {bound:.3g} "
                         "model FLOPs): raise the first rung or shrink that allocation")
+
+
+def _check_memory(study: Study) -> None:
+    """With ``gpu_memory_gb`` stated, every training and evaluation job's peak estimate
+    (race.study.memory) fits in it."""
+    if study.gpu_memory_gb is None:
+        return
+    from race.study.memory import GIB, study_memory
+
+    limit = study.gpu_memory_gb * GIB
+    for name, estimate in study_memory(study).items():
+        if estimate.total > limit:
+            phase = estimate.peak_phase
+            fix = ("lower training.micro_batch_rows, or turn on "
+                   "training.gradient_checkpointing" if phase == "learning" else
+                   "fewer rows per step (prompts_per_step x num_generations) or a shorter "
+                   "completion cap" if phase == "rollout" else
+                   "a smaller eval.batch_size" if phase == "generation" else
+                   "a smaller feedback model, or its batch_size")
+            raise ConfigError(
+                f"gpu_memory_gb: job {name} needs about {estimate.total / GIB:.1f} GiB at its "
+                f"peak ({phase}: {estimate.summary()}), more than the {study.gpu_memory_gb:g} "
+                f"GiB stated: {fix}")
 
 
 def _check_rewards(study: Study) -> None:
@@ -489,6 +512,7 @@ def check_study(study: Study) -> Study:
     _check_revisions(study)
     _check_race(study)
     _check_first_rung(study)
+    _check_memory(study)
     try:
         check_inputs(study)
     except InputError as exc:

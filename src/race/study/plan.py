@@ -199,3 +199,44 @@ def format_study_plan(p: dict) -> str:
         f"  nested rungs save  {p['nested_rungs_save']:.3g}  (one run per cell and rung would "
         f"cost {p['one_run_per_rung']:.3g})",
     ])
+
+
+def study_rate(study: Study, flops_per_second: float | None = None) -> tuple[float | None, str]:
+    """The sustained model FLOP/s to time a study at, and where it comes from: the given
+    rate, else the finished runs of its ``results_dir`` on its device (their model FLOPs over
+    their rollout + learning + reward seconds, all runs together), else none."""
+    import json
+
+    from race.core.cells import PERF
+
+    if flops_per_second is not None:
+        return flops_per_second, "given (--flops-per-second)"
+    flops = seconds = 0.0
+    runs = 0
+    for summary in sorted(study.results.glob("runs/*/*/*/*/train.json")):
+        perf = summary.parent / PERF
+        try:
+            device = json.loads(perf.read_text()).get("device")
+            phases = json.loads(summary.read_text())["phases"]
+        except (OSError, ValueError, KeyError):
+            continue
+        if study.device not in ("auto", device):
+            continue
+        flops += sum(p["model_flops"] for p in phases.values())
+        seconds += sum(p["wall_s"] for p in phases.values())
+        runs += 1
+    if not runs or seconds <= 0:
+        return None, "no finished run on this device in the results folder"
+    return flops / seconds, f"measured: {runs} finished run(s) in {study.results}/runs"
+
+
+def format_study_hours(p: dict, rate: float | None, source: str) -> str:
+    """:func:`study_plan`'s stages in device-hours at ``rate`` model FLOP/s."""
+    if rate is None:
+        return (f"device-hours: no rate ({source}); give --flops-per-second, the sustained "
+                "model FLOP/s of one device")
+    hours = {k: p[k] / rate / 3600 for k in ("pilot", "full_grid", "validation_at_most",
+                                             "total_at_most")}
+    return (f"device-hours at {rate:.3g} model FLOP/s ({source}): pilot {hours['pilot']:.3g}, "
+            f"full grid {hours['full_grid']:.3g}, validation <= "
+            f"{hours['validation_at_most']:.3g}, total <= {hours['total_at_most']:.3g}")
