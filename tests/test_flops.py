@@ -266,6 +266,45 @@ def test_cuda_sdpa_kernels_count_a_gqa_call_as_the_expanded_one():
         sdpa_forward_flops(q.shape, (b, 3, s_k, d), (b, 3, s_k, d))
 
 
+ADDMM_M, ADDMM_K, ADDMM_N = 3, 5, 7
+
+
+def test_addmm_counts_the_product():
+    """``torch.addmm(bias, a, b)`` and TRL's in-place ``acc.addmm_(a, b)``: 2·m·k·n each."""
+    m, k, n = ADDMM_M, ADDMM_K, ADDMM_N
+    a, b, bias = torch.randn(m, k), torch.randn(k, n), torch.randn(n)
+    with count_flops() as fc:
+        torch.addmm(bias, a, b)
+    assert fc.total == 2 * m * k * n
+    assert fc.by_op == {"aten.addmm": 2 * m * k * n}
+    acc = torch.zeros(m, n)
+    with count_flops() as fc:
+        acc.addmm_(a, b)
+    assert fc.total == 2 * m * k * n
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_addmm_with_out_dtype_counts_the_product(device):
+    """TRL 1.16's chunked log-prob head in bf16 on CUDA: ``torch.addmm(acc, a, b,
+    out_dtype=torch.float32, out=acc)`` (``aten.addmm.dtype_out``). Torch's own addmm formula
+    takes the positional ``out_dtype`` for its ``out_shape`` and raises TypeError; count_flops
+    maps the packet to a formula that takes it. The meta device has a kernel for this overload
+    on every build, so the dispatch is exercised even where the CPU rejects it."""
+    m, k, n = ADDMM_M, ADDMM_K, ADDMM_N
+    a = torch.randn(m, k, dtype=torch.bfloat16).to(device)
+    b = torch.randn(k, n, dtype=torch.bfloat16).to(device)
+    acc = torch.zeros(m, n, dtype=torch.float32, device=device)
+    try:
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    except (NotImplementedError, RuntimeError) as err:
+        pytest.skip(f"torch {torch.__version__} has no {device} kernel for addmm's out_dtype "
+                    f"({type(err).__name__})")
+    with count_flops() as fc:
+        torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)
+    assert fc.total == 2 * m * k * n
+    assert fc.by_op == {"aten.addmm": 2 * m * k * n}
+
+
 # --------------------------------------------------------------------------- the model's algebra
 
 

@@ -162,8 +162,19 @@ def test_the_memory_estimate_matches_the_measurement(rehearsal, monkeypatch):
         with LiveTensorBytes() as probe:
             run_training(job)
         assert train_job_memory(job, prompt).total == pytest.approx(probe.peak, rel=0.25)
+    # The evaluation job of a math-prm cell: its two rungs, best-of-n and the native reward
+    # all read the one Math PRM, loaded once.
+    import race.feedback.loading as loading
+
+    loads = []
+    real_load = loading.load_feedback_model
+    monkeypatch.setattr(loading, "load_feedback_model",
+                        lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
     job = eval_job(study, cell)
-    job = replace(job, snapshots=[replace(job.snapshots[0], out=str(rehearsal / "m.json"))])
+    job = replace(job, snapshots=[replace(s, out=str(rehearsal / f"m{i}.json"))
+                                  for i, s in enumerate(job.snapshots)])
+    assert len(job.snapshots) == 2 and {"prm_bon", "native_reward"} <= set(job.spec.targets)
     with LiveTensorBytes() as probe:
         list(run_evaluation(job))
+    assert len(loads) == 1
     assert eval_job_memory(job, prompt).total == pytest.approx(probe.peak, rel=0.25)

@@ -15,6 +15,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from race.study.memory import eval_job_memory, train_job_memory
 from race.study.memory_probe import LiveTensorBytes
 
 MICRO_BATCHES = (None, 32)
+warnings.filterwarnings("ignore")  # library deprecation notes stay out of the table
 
 
 def profiler_peak(run) -> int:

@@ -206,24 +206,11 @@ def padded_prompts(path: Path, lengths, seed: int = 0) -> Path:
     return path
 
 
-def _addmm_any_dtype(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
-    """``torch.addmm(acc, a, b, out_dtype=torch.float32, out=acc)`` (``aten.addmm.dtype_out``:
-    TRL's chunked log-prob head accumulates bf16 products in float32 this way on CUDA) counted
-    as the product. Torch's own addmm formula takes no ``out_dtype`` argument and raises
-    TypeError on that overload, so without this a bf16 step on CUDA cannot be counted. The fix
-    belongs in ``race.flops.counter.count_flops``' mapping; until it is there, this counter
-    adds it."""
-    (rows, inner), (_, cols) = a_shape, b_shape
-    return 2 * rows * inner * cols
-
-
 def counting_trainer_class(original, counts: dict, shapes: dict):
     """A ``race.grpo.run.metered_trainer_class`` replacement: the trainer runs its first
     optimizer step under ``count_flops`` and adds the counted FLOPs to ``counts`` (``total``,
     and ``rollout`` and ``reward`` inside TRL's ``_generate`` and ``_calculate_rewards``), and
     records each step's generated batch shapes in ``shapes`` (step -> BatchShapes)."""
-    from torch.utils.flop_counter import shape_wrapper
-
     from race.flops.counter import count_flops
 
     def factory():
@@ -251,8 +238,6 @@ def counting_trainer_class(original, counts: dict, shapes: dict):
                     out = super().training_step(model, *args, **kwargs)
                 else:
                     with count_flops() as counter:
-                        counter._mode.flop_registry[torch.ops.aten.addmm] = shape_wrapper(
-                            _addmm_any_dtype)
                         self._counter = counter
                         try:
                             out = super().training_step(model, *args, **kwargs)

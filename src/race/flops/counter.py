@@ -16,7 +16,10 @@ kernel that depends on the device: on a CPU ``aten._scaled_dot_product_flash_att
 - Torch registers ``aten.addmm`` but not its in-place ``aten.addmm_``, which TRL's chunked
   log-prob head uses for the hidden-state gradient (``acc.addmm_(a, b)``: on the CPU, and on
   CUDA in float32): uncounted, that is one LM-head pass per trained position lost.
-  :func:`count_flops` maps it to the product's FLOPs.
+  In bf16 on CUDA the same head calls ``torch.addmm(acc, a, b, out_dtype=torch.float32,
+  out=acc)`` (``aten.addmm.dtype_out``), whose positional ``out_dtype`` torch's own addmm
+  formula takes for its ``out_shape`` (``TypeError: addmm_flop() got multiple values for
+  argument 'out_shape'``). :func:`count_flops` maps both packets to the product's FLOPs.
 
 One convention for all of them, torch's own for its SDPA kernels:
 
@@ -114,8 +117,10 @@ def cuda_sdpa_formulas() -> dict:
             **{op: sdpa_backward_flops for op in CUDA_SDPA_BACKWARD}}
 
 
-def addmm_inplace_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
-    """``acc.addmm_(a, b)``: the product ``a @ b`` (the accumulation is not a matmul)."""
+def addmm_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """``torch.addmm(c, a, b)`` in every overload (``out=``, ``out_dtype=``) and in place
+    (``acc.addmm_(a, b)``): the product ``a @ b`` (the accumulation is not a matmul). ``*args``
+    takes the ``out_dtype`` of ``aten.addmm.dtype``/``dtype_out``."""
     (rows, inner), (_, cols) = a_shape, b_shape
     return 2 * rows * inner * cols
 
@@ -149,7 +154,7 @@ def count_flops(display: bool = False) -> Iterator[FlopCount]:
     """
     register_cpu_sdpa_formulas()
     result = FlopCount()
-    mapping = {**cuda_sdpa_formulas(), _aten.addmm_: addmm_inplace_flops}
+    mapping = {**cuda_sdpa_formulas(), _aten.addmm: addmm_flops, _aten.addmm_: addmm_flops}
     mode = _fc.FlopCounterMode(display=display, custom_mapping=mapping)
     result._mode = mode
     with mode:
