@@ -55,7 +55,7 @@ class TrainJob:
     attn_implementation: str = _training("attn_implementation")
     gradient_checkpointing: bool = _training("gradient_checkpointing")
     dtype: str = _training("dtype")
-    micro_batch_rows: int | None = _training("micro_batch_rows")  # None: one micro-batch
+    micro_batch_rows: int | None = None  # None: one micro-batch
     device: str = default("device")
     results_dir: str = default("results_dir")
     tags: dict = field(default_factory=dict)
@@ -154,9 +154,10 @@ JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": 
 RUN_OPTIONS = {"train": ("mlflow", "save_every")}
 _SPECS = {EvalJob: EvalSpec, PretrainJob: PretrainSpec, PrmJob: PRMSpec}
 #: Fields a job's JSON leaves out while they are empty (:func:`from_json` restores their
-#: default): a job that pins no hub revision keeps the JSON, hence the Snakemake params and
-#: the run fingerprint, it had before ``revisions`` existed.
-OMIT_EMPTY = ("revisions",)
+#: default): a job that pins no hub revision and cuts no micro-batches keeps the JSON, hence
+#: the Snakemake params (no rerun of an existing study) and the run fingerprint, it had
+#: before those fields existed.
+OMIT_EMPTY = ("revisions", "micro_batch_rows")
 
 
 # --------------------------------------------------------------------------- JSON

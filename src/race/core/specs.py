@@ -241,7 +241,7 @@ class TrainingSpec(_Section):
     attn_implementation: str = _train("attn_implementation")
     gradient_checkpointing: bool = _train("gradient_checkpointing")
     dtype: str = _train("dtype")
-    micro_batch_rows: int | None = _train("micro_batch_rows")  # None: the step's rows at once
+    micro_batch_rows: int | None = None  # None (unset): the step's rows at once
 
     def __post_init__(self):
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))

@@ -266,6 +266,16 @@ class Study:
         """Directory (or hub id) of a size's base policy."""
         return str(self.results / "base" / f"size~{size}") if is_ladder(size) else size
 
+    def max_prompt_tokens(self) -> int | None:
+        """The longest training prompt in policy tokens, before the data is built: for the
+        arithmetic task its length in characters (= tokens of the char tokenizer: the start
+        value, ``max_steps`` operations, ``=?\n``); otherwise ``task.max_prompt_tokens``
+        (None when unset: known once the data is built)."""
+        if self.source.kind != "arithmetic":
+            return self.source.max_prompt_tokens
+        task = self.task
+        return len(str(task.max_value)) + task.max_steps * (1 + len(str(task.max_operand))) + 3
+
     def base_eval(self, size: str) -> Path:
         """The ``eval.json`` of a size's base policy, under ``results/base`` for every size
         (a hub id or a local folder is never written into)."""

@@ -263,13 +263,8 @@ def _unique(items, key: str) -> None:
 
 
 def max_prompt_tokens(study: Study) -> int | None:
-    """Longest training prompt of the arithmetic task in characters (= tokens of the char
-    tokenizer): the start value, then ``max_steps`` operations, then ``=?\n``; None for
-    another task, whose prompt lengths are known once its data is built."""
-    if study.source.kind != "arithmetic":
-        return study.source.max_prompt_tokens
-    task = study.task
-    return len(str(task.max_value)) + task.max_steps * (1 + len(str(task.max_operand))) + 3
+    """:meth:`race.core.study.Study.max_prompt_tokens` (kept for its callers)."""
+    return study.max_prompt_tokens()
 
 
 def first_step_bound(study: Study, size: str, alloc_name: str, reward_name: str,

@@ -251,9 +251,8 @@ def study_memory(study) -> dict[str, MemoryEstimate]:
     from race.core.cells import Cell, is_ladder
     from race.data.tokenizer import VOCAB_SIZE
     from race.study.builders import base_eval_job, train_job
-    from race.study.config import max_prompt_tokens
 
-    prompt = max_prompt_tokens(study)
+    prompt = study.max_prompt_tokens()
     if prompt is None:
         return {}
     out = {}
