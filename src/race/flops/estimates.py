@@ -160,7 +160,7 @@ def table(ref_len: int | None = None, vocab: int | None = None) -> str:
     for name in LADDER_DIALS:
         arch = F.resolve_arch(name, vocab=vocab)
         lines.append(_table_row(f"{name} (V={arch.vocab})", arch, ref_len or LADDER_REF_LEN))
-    for name in known_configs.names():
+    for name in known_configs.policy_names():
         lines.append(_table_row(name, F.resolve_arch(name), ref_len or QWEN_REF_LEN))
     lines.append("")
     lines.append(f"Model FLOPs (causal attention, no padding). Generated token: one KV-cached "

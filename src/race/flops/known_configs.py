@@ -55,9 +55,18 @@ _COMMON: dict[str, Any] = {
 _ORG = "Qwen/"
 
 
+#: Known architectures that are feedback models, not policies (no LM head to generate with).
+FEEDBACK = ("Qwen2.5-Math-PRM-7B",)
+
+
 def names() -> list[str]:
     """The known names, without the organisation prefix."""
     return list(QWEN25)
+
+
+def policy_names() -> list[str]:
+    """The known policies (every name but the feedback models)."""
+    return [n for n in QWEN25 if n not in FEEDBACK]
 
 
 def canonical_name(name: str) -> str:
