@@ -268,7 +268,7 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
     from race.flops import analytic as F
     from race.flops.meter import StepMeter, generation_step_bound
     from race.policy.ladder import ladder_config
-    from race.study.config import first_step_bound, max_prompt_tokens
+    from race.study.config import first_step_bound
 
     study = load_study(ROOT / "configs" / "smoke.yaml")
     tok = load_tokenizer(save_tokenizer(tmp_path / "tok"))
@@ -277,7 +277,7 @@ def test_the_first_rung_check_reserves_what_the_trainer_reserves(tmp_path):
     tok.save_pretrained(prm)
     reward = build_reward(study.rewards["rule+prm"].to_dict(), tokenizer=tok,
                           results_dir=tmp_path)
-    prompt = max_prompt_tokens(study)
+    prompt = study.max_prompt_tokens()
     arch = F.Arch.from_config(ladder_config("nano", len(tok)))
     for name, alloc in study.allocations.items():
         meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations)

@@ -101,7 +101,7 @@ def _from_flags(args) -> dict:
 
 def _from_config(args) -> dict:
     from race.core.specs import RewardSpec
-    from race.study.config import load_study, max_prompt_tokens
+    from race.study.config import load_study
 
     given = [k for k in SHAPE_FLAGS if getattr(args, k) is not None] + (
         ["grad_ckpt"] if args.grad_ckpt else [])
@@ -125,7 +125,7 @@ def _from_config(args) -> dict:
         model = None  # a rule verifier, or a rule+prm reward that never runs its PRM
     elif args.prm:
         model = args.prm  # an architecture standing in for the reward's model
-    prompt_len = args.prompt_len or max_prompt_tokens(study)
+    prompt_len = args.prompt_len or study.max_prompt_tokens()
     if prompt_len is None:
         raise ValueError(f"task.kind {study.source.kind!r}: prompt lengths are known only "
                          "once the data is built; give --prompt-len")

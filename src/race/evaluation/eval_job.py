@@ -32,22 +32,21 @@ def _load_split(data_dir: str | Path, name: str) -> list[Record]:
 
 
 def _resolve_prm(prm, spec: EvalSpec, results_dir: str | Path, device: str,
-                 models: FeedbackModels | None = None, tokenizer=None):
+                 models: FeedbackModels, tokenizer):
     """(scorer or None, description). A string is loaded on ``device`` through ``models`` (the
-    job's cache; a fresh one when None), probed against the policy's ``tokenizer`` as the
-    native_reward model is, so that one instance can serve both."""
+    job's cache), probed against the policy's ``tokenizer`` as the native_reward model is, so
+    that one instance can serve both."""
     prm = spec.prm if prm is None else prm
     if prm is None or "prm_bon" not in spec.targets:
         return None, None
     if isinstance(prm, str | Path):
-        models = models or FeedbackModels()
         return models.load(str(prm), str(results_dir), policy_tokenizer=tokenizer,
                            device=device), str(prm)
     return prm, getattr(prm, "name", type(prm).__name__)
 
 
 def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path, device: str,
-                    models: FeedbackModels | None = None):
+                    models: FeedbackModels):
     if reward is None or "native_reward" not in spec.targets:
         return None, None
     if isinstance(reward, RewardSpec):
@@ -58,7 +57,7 @@ def _resolve_reward(reward, spec: EvalSpec, tokenizer, results_dir: str | Path, 
         # Its feedback model computes beside the policy unless the entry names a device.
         return build_reward({"device": device, **reward}, tokenizer=tokenizer,
                             results_dir=str(results_dir),
-                            load=(models or FeedbackModels()).load), reward
+                            load=models.load), reward
     return reward, getattr(reward, "__name__", type(reward).__name__)
 
 

@@ -21,6 +21,20 @@ from race.feedback.prm_data import prm_text
 # --------------------------------------------------------------------------- Qwen-Math PRM
 
 
+def conversation(tokenizer, prompt: str, body: str) -> str:
+    """The model card's conversation: its system prompt, ``prompt`` as the user turn and
+    ``body`` (the steps, each closed by the separator) as the assistant turn."""
+    messages = [{"role": "system", "content": QWEN_SYSTEM_PROMPT},
+                {"role": "user", "content": prompt},
+                {"role": "assistant", "content": body}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+
+
+def template_tokens(tokenizer) -> int:
+    """The tokens the conversation adds around a prompt and its steps."""
+    return len(tokenizer(conversation(tokenizer, "", ""), add_special_tokens=False)["input_ids"])
+
+
 class QwenMathPRMModule(torch.nn.Module):
     """Qwen2.5-Math-PRM without remote code: ``model`` (transformers' ``Qwen2Model``) and
     ``score = Sequential(Linear(h, h), ReLU(), Linear(h, 2))``; ``forward`` returns an object
@@ -110,22 +124,14 @@ class QwenMathPRM(FeedbackModel):
             path, attn_implementation=attn_implementation, dtype=resolve_dtype(dtype, device),
             name=name)
         self.model = module.to(device).eval()
-        template = len(self.tokenizer(self._conversation("", ""),
-                                      add_special_tokens=False)["input_ids"]) if self.chat else 0
+        template = template_tokens(self.tokenizer) if self.chat else 0
         self._setup(name, num_labels=2, attn_implementation=attn_implementation,
                     batch_size=batch_size, policy_tokenizer=policy_tokenizer,
                     template_tokens=template)
-
-    def _conversation(self, prompt: str, body: str) -> str:
-        messages = [{"role": "system", "content": QWEN_SYSTEM_PROMPT},
-                    {"role": "user", "content": prompt},
-                    {"role": "assistant", "content": body}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=False)
 
     def _format(self, prompt: str, completion: str) -> tuple[str, int]:
         if not self.chat:
             return prm_text(prompt, completion, QWEN_STEP_TOKEN)
         lines = split_steps(completion)
-        return self._conversation(prompt, "".join(ln + QWEN_STEP_TOKEN for ln in lines)), len(
-            lines)
+        body = "".join(ln + QWEN_STEP_TOKEN for ln in lines)
+        return conversation(self.tokenizer, prompt, body), len(lines)

@@ -414,10 +414,10 @@ def _prepare(job: TrainJob, run_dir: Path, device: str) -> Prepared:
     write_json_atomic(run_dir / PERF, {"device": device, "threads": torch.get_num_threads(),
                                        **kernel_path(), **asdict(peak)}, indent=1)
     torch.manual_seed(job.seed)
-    tokenizer = load_tokenizer(job.base, revision=job.revisions.get(job.base))
+    tokenizer = load_tokenizer(job.base)  # at the job's pin (run_training's pinned)
     dataset, max_prompt = _dataset(job.train_data, tokenizer)
     policy = load_policy(job.base, attn_implementation=job.attn_implementation,
-                         dtype=getattr(torch, job.dtype), revision=job.revisions.get(job.base))
+                         dtype=getattr(torch, job.dtype))
     # The feedback model computes beside the policy unless its rewards: entry names a device.
     reward = build_reward({"device": device, **job.reward.to_dict()}, tokenizer=tokenizer,
                           results_dir=job.results_dir)

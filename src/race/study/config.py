@@ -262,11 +262,6 @@ def _unique(items, key: str) -> None:
         seen.add(item)
 
 
-def max_prompt_tokens(study: Study) -> int | None:
-    """:meth:`race.core.study.Study.max_prompt_tokens` (kept for its callers)."""
-    return study.max_prompt_tokens()
-
-
 def first_step_bound(study: Study, size: str, alloc_name: str, reward_name: str,
                      max_prompt: int) -> int | None:
     """The model FLOPs the trainer reserves before a cell's first step
@@ -293,7 +288,7 @@ def first_step_bound(study: Study, size: str, alloc_name: str, reward_name: str,
 
 def _check_first_rung(study: Study) -> None:
     """Every cell's first rung must afford one step (:func:`first_step_bound`)."""
-    max_prompt = max_prompt_tokens(study)
+    max_prompt = study.max_prompt_tokens()
     if max_prompt is None:
         return  # prompt lengths are known only once the data is built; race train checks
     first = study.budgets[0]

@@ -139,18 +139,18 @@ def train_memory(arch: F.Arch, *, rows: int, micro_rows: int | None, prompt_len:
 
 
 def eval_memory(arch: F.Arch, *, batch_rows: int, prompt_len: int, max_new_tokens: int,
-                dtype: str, feedback: Feedback | None = None) -> MemoryEstimate:
-    """An evaluation job's peak: the merged policy and the feedback model resident (each
-    loaded once per job), then generation of one batch or one scoring batch."""
+                dtype: str, feedbacks: list[Feedback] = ()) -> MemoryEstimate:
+    """An evaluation job's peak: the merged policy and its feedback models resident (each
+    loaded once per job), then generation of one batch or the largest scoring batch."""
     b = BYTES[dtype]
     resident = {"policy_weights": arch.params() * b}
     phases = {"generation": {
         "kv_cache": kv_cache_bytes(arch, b, batch_rows, prompt_len + max_new_tokens),
         "decode": decode_bytes(arch, b, batch_rows, prompt_len)}}
-    if feedback is not None:
-        resident["feedback_weights"] = feedback.arch.params() * feedback.weight_bytes
-        phases["scoring"] = {"scoring": forward_bytes(feedback.arch, feedback.weight_bytes,
-                                                      feedback.batch_rows, feedback.tokens)}
+    if feedbacks:
+        resident["feedback_weights"] = sum(f.arch.params() * f.weight_bytes for f in feedbacks)
+        phases["scoring"] = {"scoring": max(
+            forward_bytes(f.arch, f.weight_bytes, f.batch_rows, f.tokens) for f in feedbacks)}
     return MemoryEstimate(resident, phases)
 
 
@@ -167,15 +167,10 @@ def _template_tokens(model_dir: str) -> int:
     if not Path(model_dir).is_dir() or model_kind(model_dir) != "qwen_math":
         return 0
     from race.data.tokenizer import load_tokenizer
-    from race.feedback.models import QWEN_SYSTEM_PROMPT
+    from race.feedback.qwen_math import template_tokens
 
     tok = load_tokenizer(model_dir)
-    if not getattr(tok, "chat_template", None):
-        return 0
-    text = tok.apply_chat_template([{"role": "system", "content": QWEN_SYSTEM_PROMPT},
-                                    {"role": "user", "content": ""},
-                                    {"role": "assistant", "content": ""}], tokenize=False)
-    return len(tok(text, add_special_tokens=False)["input_ids"])
+    return template_tokens(tok) if getattr(tok, "chat_template", None) else 0
 
 
 def _same_tokenizer(a: str, b: str) -> bool:
@@ -231,16 +226,9 @@ def eval_job_memory(job, max_prompt_tokens: int, arch: F.Arch | None = None) -> 
     feedbacks = [feedback_of(job.policy, m, prompt_len=max_prompt_tokens,
                              completion_len=s.max_new_tokens, device=job.device)
                  for m in dict.fromkeys(models)]
-    feedbacks = [f for f in feedbacks if f is not None]
-    estimate = eval_memory(arch, batch_rows=s.batch_size, prompt_len=max_prompt_tokens,
-                           max_new_tokens=max(s.max_new_tokens, s.max_new_tokens_ood),
-                           dtype=job.dtype, feedback=max(feedbacks, default=None, key=lambda f: (
-                               forward_bytes(f.arch, f.weight_bytes, f.batch_rows, f.tokens))))
-    if len(feedbacks) < 2:
-        return estimate
-    resident = dict(estimate.resident, feedback_weights=sum(
-        f.arch.params() * f.weight_bytes for f in feedbacks))
-    return MemoryEstimate(resident, estimate.phases)
+    return eval_memory(arch, batch_rows=s.batch_size, prompt_len=max_prompt_tokens,
+                       max_new_tokens=max(s.max_new_tokens, s.max_new_tokens_ood),
+                       dtype=job.dtype, feedbacks=[f for f in feedbacks if f is not None])
 
 
 def study_memory(study) -> dict[str, MemoryEstimate]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from race.core.atomic import write_json_atomic
 from race.core.specs import PretrainSpec, TaskSpec, TeacherSpec
 from race.data.task import gsm8k_record, make_splits, write_jsonl
+from race.data.tokenizer import load_tokenizer
 
 #: Qwen2's pre-tokenizer split (its tokenizer.json): words, single digits, punctuation runs,
 #: newlines and spaces.
@@ -125,7 +126,7 @@ def write_policy(name: str, shape: tuple[str, int], sft_dir: Path, tokenizer_dir
                         seed=seed, eval_examples=40, eval_max_new_tokens=48)
     record = pretrain(shape[0], sft_dir, tokenizer_dir, out / name, spec, layers=shape[1],
                       teacher=TeacherSpec(noisy=False))
-    save_as_qwen(_load(tokenizer_dir), out / name)
+    save_as_qwen(load_tokenizer(tokenizer_dir), out / name)
     (out / name / "pre.json").unlink()  # a hub folder holds none; its accuracy is returned
     return {"shape": f"{shape[0]} x {shape[1]} layers", "params": record["params"],
             "eval_in_accuracy": record["eval_in_accuracy"]}
@@ -138,18 +139,12 @@ def write_prm(tokenizer_dir: Path, out: Path, seed: int) -> None:
     from race.feedback.qwen_math import QwenMathPRMModule
     from race.policy.ladder import ladder_config
 
-    tokenizer = _load(tokenizer_dir)
+    tokenizer = load_tokenizer(tokenizer_dir)
     config = ladder_config("nano", len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                            eos_token_id=tokenizer.eos_token_id, layers=2)
     torch.manual_seed(seed)
     QwenMathPRMModule(config).save_pretrained(out / PRM)
     save_as_qwen(tokenizer, out / PRM)
-
-
-def _load(tokenizer_dir: Path):
-    from race.data.tokenizer import load_tokenizer
-
-    return load_tokenizer(tokenizer_dir)
 
 
 def write_stand_ins(out: str | Path, *, seed: int = 0, n_train: int = 1500, n_test: int = 100,
