@@ -3,6 +3,7 @@
 from snakemake.utils import min_version
 
 from race.study.config import check_as_written, coerce_numbers, read_yaml, validate_schema
+from race.study.slurm import check_cluster
 
 min_version("9.0")
 
@@ -57,6 +58,14 @@ localrules:
     report,
     mlflow_init,
     mlflow_log,
+
+
+# On SLURM, before the first submission: a status command that can see jobs end, and a GPU
+# partition for jobs that ask for a GPU (race.study.slurm); a dry run submits nothing.
+onstart:
+    if workflow.executor_plugin.cli_prefix == "slurm":
+        for line in check_cluster(STUDY, workflow.executor_settings):
+            print(f"RACE: {line}")
 
 
 rule all:

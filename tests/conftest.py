@@ -1,5 +1,6 @@
 """Shared test setup: one thread, fixed seeds, and small on-disk fixtures built per session."""
 
+import os
 import random
 
 import pytest
@@ -20,6 +21,14 @@ def _deterministic():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     random.seed(0)
+
+
+@pytest.fixture()
+def umask_002():
+    """The umask of a study shared with a group: every output should come out 0664."""
+    old = os.umask(0o002)
+    yield
+    os.umask(old)
 
 
 @pytest.fixture(scope="session")

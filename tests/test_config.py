@@ -150,6 +150,10 @@ def _prm_bon_without_a_prm(config: dict) -> None:
     (lambda c: c["eval"].update(prm="micro"), "eval.prm: 'micro' is not one of prm.sizes"),
     (lambda c: c["sizes"].append("giant"), "sizes[2]: unknown size 'giant'"),
     (lambda c: c["allocations"].update({"a b": {}}), "allocations.a b: names may use"),
+    (lambda c: c.update(study=".."), "study: the name '..' is only dots"),
+    (lambda c: c["rewards"].update({"...": {"type": "rule"}}), "rewards: the name '...' is only"),
+    (lambda c: c["allocations"].update({".": {}}), "allocations: the name '.' is only dots, "
+                                                   "which a path reads as this or the parent"),
     (lambda c: c["eval"].update(targets=["maj_k", "prm_bon"], search_at="base_and_top")
      or c["race"].pop("targets", None), "race.targets: the pilot has no target to rank"),
     (_prm_bon_without_a_prm, "race.targets[0]: prm_bon needs a PRM"),

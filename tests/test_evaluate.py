@@ -584,3 +584,26 @@ def test_schema_eval_defaults_match_evalspec():
             assert prop["default"] is None and default == TARGETS
             continue
         assert prop["default"] == (list(default) if isinstance(default, tuple) else default), name
+
+
+def test_a_pickle_rung_fails_the_job_before_any_snapshot_is_evaluated(tmp_path, capsys):
+    """Every snapshot's adapter is checked before the first is evaluated: a pickle adapter in
+    the last rung is a one-line error naming it, and no eval.json is written (Snakemake
+    deletes a failed job's outputs: a rung evaluated before the bad one would be lost)."""
+    from race.cli import main
+
+    rungs = []
+    for budget, weights in (("4e9", "adapter_model.safetensors"), ("8e9", "adapter_model.bin")):
+        rung = tmp_path / f"budget~{budget}"
+        rung.mkdir()
+        (rung / "adapter_config.json").write_text(json.dumps({"r": 4}))
+        (rung / weights).write_bytes(b"never loaded")
+        rungs.append(rung)
+    job = EvalJob(policy=str(tmp_path / "base"), data_dir=str(tmp_path / "data"),
+                  snapshots=[EvalSnapshot(str(r), str(r / "eval.json")) for r in rungs],
+                  device="cpu")
+    assert main(["evaluate", "--job", to_json(job)]) == 2
+    assert capsys.readouterr().err == (
+        f"race evaluate: adapter: {rungs[1]} holds pickle weights (adapter_model.bin); RACE "
+        "loads safetensors only (resave with save_pretrained(..., safe_serialization=True))\n")
+    assert not any((r / "eval.json").exists() for r in rungs)

@@ -9,8 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from race.study.config import ConfigError, load_config
-from race.study.inputs import InputError, check_adapter_dir, check_model_dir
+from race.study.config import ConfigError, load_config, load_study
+from race.study.inputs import (
+    InputError,
+    check_adapter_dir,
+    check_model_dir,
+    check_rung_snapshots,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,6 +80,37 @@ def test_pickled_adapters_are_refused(tmp_path):
     (adapter / "adapter_model.bin").write_bytes(b"not unpickled")
     with pytest.raises(InputError, match=r"pickle weights \(adapter_model.bin\)"):
         check_adapter_dir(adapter)
+
+
+def _rung(run: Path, budget: str, weights: str, done: bool = True) -> Path:
+    folder = run / f"budget~{budget}"
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"r": 4}))
+    (folder / weights).write_bytes(b"never loaded")
+    if done:
+        (folder / "DONE").write_text("")
+    return folder
+
+
+def test_a_finished_rung_with_a_pickle_adapter_is_refused_before_any_job(tmp_path):
+    """What the workflow checks as it starts: a finished rung (DONE) whose adapter evaluation
+    cannot load is named, with both fixes, before Snakemake schedules (and so deletes the
+    outputs of) the cell's evaluate job; a rung still being written is its training job's."""
+    study = load_study(smoke(tmp_path))
+    run = study.run_dir(study.grid_cells()[0])
+    good = _rung(run, "4e9", "adapter_model.safetensors")
+    (good / "eval.json").write_text("{}")
+    bad = _rung(run, "8e9", "adapter_model.bin")
+    _rung(run, "1.6e10", "adapter_model.bin", done=False)
+    with pytest.raises(InputError) as error:
+        check_rung_snapshots(study)
+    assert str(error.value) == (
+        f"rung snapshot: {bad} holds pickle weights (adapter_model.bin); RACE loads "
+        "safetensors only (resave with save_pretrained(..., safe_serialization=True)); delete "
+        "that folder and rerun to have the cell's training job write it again")
+    assert (good / "eval.json").read_text() == "{}"
+    (bad / "adapter_model.bin").rename(bad / "adapter_model.safetensors")
+    check_rung_snapshots(study)
 
 
 def test_check_config_reports_the_bad_input(tmp_path):

@@ -130,6 +130,14 @@ def test_run_options_travel_apart_from_the_job(smoke, live):
                                                         "save_every": 3}})
     assert jobs.params_json("train", B.train_job(faster, cell)) == jobs.params_json(
         "train", job)
+    # So does the step limit race train checks its budget against: a run option, passed
+    # only when the study sets it.
+    limited = typed_study({**config.config, "max_steps_per_run": 10**7})
+    assert jobs.params_json("train", B.train_job(limited, cell)) == jobs.params_json(
+        "train", job)
+    assert "max_steps_per_run" not in B.run_options_json("train", config)
+    assert jobs.with_run_options("train", job, B.run_options_json(
+        "train", limited)) == B.train_job(limited, cell)
     assert jobs.params_json("evaluate", B.eval_job(config, cell)) == jobs.to_json(
         B.eval_job(config, cell))
     with pytest.raises(ValueError, match=r"not a run option of race train: \['seed'\]"):

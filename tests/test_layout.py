@@ -165,6 +165,7 @@ def _read_strings() -> set[str]:
         found.update(re.findall(r'\["(\w+)"\]', text))
         for group, key in re.findall(r'res\("(\w+)", "(\w+)"\)', text):
             found.update((group, key))
+        found.update(re.findall(r'slurm\("(\w+)"\)', text))  # the slurm: section's keys
     return found
 
 

@@ -3,6 +3,7 @@
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def write_finished_run(config, cell, steps=3):
                    "targets": {"in_pass1": {"acc": 0.25 * i, "lo": 0.1, "hi": 0.5}}}
         (rung / "eval.json").write_text(json.dumps(payload))
         (rung / "ledger.json").write_text(json.dumps({"step": i, "model_flops": 100 * i}))
-    (run / "train.json").write_text(json.dumps({"model_flops": 100 * steps}))
+    (run / "train.json").write_text(json.dumps({"model_flops": 100 * steps, "steps": steps}))
     (run / "DONE").write_text("")
     return run
 
@@ -100,6 +101,29 @@ def test_mirror_names_a_missing_evaluation(config):
     missing.unlink()
     with pytest.raises(FileNotFoundError, match="missing evaluation"):
         mirror_study(config, [])
+
+
+@pytest.mark.parametrize("keep, reason", [
+    (lambda text: text[:text.rindex("{")], "cut short or damaged: 2 rows (last step 2) for the 3 "
+                                           "steps the run recorded"),  # at a line boundary
+    (lambda text: text[:-5], "line 3 is damaged"),  # mid-line
+], ids=["line-boundary", "mid-line"])
+def test_mirror_refuses_a_cut_metrics_file(config, keep, reason):
+    """Mirrored as it is, a file cut at a line boundary would leave MLflow without its last
+    steps, silently: the mirror checks it against train.json's step count and names it, before
+    it opens the store."""
+    from race.core.outputs import CorruptOutputError
+    from race.tracking.mirror import mirror_run
+
+    cell = config.grid_cells()[0]
+    metrics = write_finished_run(config, cell) / "metrics.jsonl"
+    metrics.write_text(keep(metrics.read_text()))
+    with pytest.raises(CorruptOutputError, match=f"^{re.escape(f'{metrics}: {reason}')}.* "
+                                                 r"rerun the workflow "
+                                                 r"\(it sets the file aside as metrics.jsonl"
+                                                 r".corrupt and the train job rebuilds it"):
+        mirror_run(config, cell, config.mlflow)
+    assert not Path(config.mlflow.tracking_uri.removeprefix("sqlite:///")).exists()
 
 
 def points(config) -> list[tuple]:

@@ -6,11 +6,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
 from race.cli import main
+from race.core.errors import ConfigError
 from race.flops import analytic as F
 from race.flops.meter import StepMeter, generation_step_bound
 from race.study.config import load_study, typed_study
-from race.study.plan import plan, reward_reads, step_cost, study_plan
+from race.study.plan import (
+    MAX_STEPS_PER_RUN,
+    cell_step_cost,
+    plan,
+    reward_reads,
+    step_cost,
+    steps_within,
+    study_plan,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -167,3 +179,68 @@ def test_a_missing_input_file_is_named_with_exit_2(tmp_path, capsys):
                  "--out", str(tmp_path / "selected.json")]) == 2
     assert f"race select: No such file or directory: {missing}" in capsys.readouterr().err
     assert not (tmp_path / "selected.json").exists()
+
+
+# --------------------------------------------------------------------------- the step limit
+
+
+def _smoke(tmp_path: Path, **override) -> Path:
+    raw = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    raw.update(results_dir=str(tmp_path / "results"), **override)
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_budget_past_the_step_limit_is_refused_with_race_plans_numbers(tmp_path, capsys):
+    """The first rung at which a cell needs more steps than max_steps_per_run is refused,
+    naming the rung, the cell with the cheapest step and its steps as race plan counts them;
+    the rungs below it pass."""
+    with pytest.raises(ConfigError) as error:
+        load_study(_smoke(tmp_path, max_steps_per_run=10))
+    worst = run_json(capsys, "--config", str(ROOT / "configs" / "smoke.yaml"), "--size",
+                     "nano", "--alloc", "base", "--reward", "rule", "--budget", "8e9")["worst"]
+    assert str(error.value) == (
+        f"budgets[1]: 8e+09 model FLOPs takes at least {worst['steps']} steps in run "
+        "size~nano/reward~rule/alloc~base (race plan's worst case, every completion at the "
+        "cap), past the limit of 10 steps per run: a typo? If it is meant, raise "
+        "max_steps_per_run in the config")
+
+
+def test_an_absurd_budget_is_a_typo_unless_the_config_says_so(tmp_path):
+    budgets = [4.0e9, 8.0e9, 1.6e10, 1.0e30]
+    with pytest.raises(ConfigError, match=r"budgets\[3\]: 1e\+30 model FLOPs takes at least "
+                                          r"1\.91e\+21 steps .* past the limit of 1,000,000 "
+                                          r"steps per run: .* raise max_steps_per_run"):
+        load_study(_smoke(tmp_path, budgets=budgets))
+    assert load_study(_smoke(tmp_path, budgets=budgets, max_steps_per_run=10**22)).budgets[-1] \
+        == 1e30
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "configs/smoke.yaml", "configs/rehearsal.yaml",
+                                  "configs/qwen2.5.yaml", "configs/qwen2.5-1gpu.yaml"])
+def test_the_shipped_studies_are_far_below_the_default_limit(name):
+    study = load_study(ROOT / name)
+    prompt = study.max_prompt_tokens()
+    most = max(steps_within(cell_step_cost(study, size, alloc, reward, prompt),
+                            study.budgets[-1])["steps"]
+               for size in study.sizes for alloc in study.allocations for reward in study.rewards)
+    assert 50 * most <= MAX_STEPS_PER_RUN
+
+
+def test_race_train_refuses_a_job_past_the_limit_before_loading_a_model(tmp_path, capsys):
+    """A job given directly (--job) is checked against its own data: prompts counted at their
+    UTF-8 bytes, so its steps are no more than the run's; its run options can lift the limit."""
+    from race.cli.train import check_run_length
+    from race.core import jobs
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "12+3=?\n", "answer": "15"}) + "\n")
+    job = jobs.TrainJob(base="nano", train_data=str(data), run_dir=str(tmp_path / "run"),
+                        rungs=[1e9, 1e30], run_key="size~nano/reward~rule/alloc~g8/seed~0")
+    assert main(["train", "--job", jobs.to_json(job)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("race train: rungs[1]: 1e+30 model FLOPs takes at least ")
+    assert "in run size~nano/reward~rule/alloc~g8/seed~0" in err and "--run-options" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "run").exists()
+    check_run_length(jobs.with_run_options("train", job, '{"max_steps_per_run": 1e22}'))

@@ -6,6 +6,7 @@ import math
 import random
 import re
 import shutil
+import stat
 
 import pytest
 import torch
@@ -431,6 +432,12 @@ def test_qwen_math_checkpoint_uses_the_official_key_names(qwen_math_dir):
     assert config["architectures"] == ["Qwen2ForProcessRewardModel"]
 
 
+def test_a_qwen_math_prm_is_saved_with_the_umask(tmp_path, umask_002):
+    """safetensors writes 0600; the PRM (the stand-ins' layout) comes out 0664 under umask 002."""
+    _save_qwen_math(tmp_path, _qwen_math_tokenizer())
+    assert stat.S_IMODE((tmp_path / "model.safetensors").stat().st_mode) == 0o664
+
+
 def test_qwen_math_scores_equal_a_manual_computation(qwen_math_saved):
     qwen_math_dir, module = qwen_math_saved  # the module as it was before saving
     prm = load_feedback_model(str(qwen_math_dir), attn_implementation="eager")
@@ -593,7 +600,7 @@ TINY = {"n_prompts": 16, "samples_per_prompt": 2, "max_new_tokens": 20, "steps":
         "batch_size": 4, "heldout_frac": 0.25, "seed": 3}
 
 
-def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path):
+def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path, umask_002):
     from race.cli import main
     from race.core.jobs import PrmJob, to_json
     from race.feedback.prm_training import read_examples, train_prm
@@ -606,6 +613,7 @@ def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path):
     record = json.loads((out / "prm.json").read_text())
     for name in ("model.safetensors", "config.json", "tokenizer.json", "samples.jsonl"):
         assert (out / name).is_file()
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o664  # umask 002
     assert record["phase"] == "pre" and record["size"] == "nano"
     assert record["spec"] == {**vars(PRMSpec()), **TINY}
     assert record["flops"]["sampling"]["model_flops"] > 0

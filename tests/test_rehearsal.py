@@ -20,7 +20,7 @@ REHEARSAL = "results-rehearsal"
 #: runs the real study's code path.
 MAY_DIFFER = {
     "study": "a name", "results_dir": "where it writes", "reports_dir": "where it writes",
-    "device": "where it runs", "resources": "where it runs",
+    "device": "where it runs", "resources": "where it runs", "slurm": "where it runs",
     "mlflow.tracking_uri": "where it writes", "mlflow.artifact_root": "where it writes",
     "task": "data source (GSM8K from the hub vs the same format from local files)",
     "sizes": "models", "rewards.math-prm.prm": "models", "rewards.rule+prm.prm": "models",

@@ -3,6 +3,7 @@ switch, determinism, the failure classifier, and pretraining through it."""
 
 import json
 import random
+import stat
 from dataclasses import replace
 
 import pytest
@@ -125,7 +126,8 @@ def test_pass_at_k_known_values(n, c, k, want):
     assert pass_at_k(n, c, k) == pytest.approx(want)
 
 
-def test_pretraining_feeds_the_teacher_and_records_what_it_wrote(tmp_path, tokenizer_dir):
+def test_pretraining_feeds_the_teacher_and_records_what_it_wrote(tmp_path, tokenizer_dir,
+                                                                 umask_002):
     from race.core.specs import PretrainSpec
     from race.data.task import write_splits
     from race.policy.pretrain import pretrain
@@ -135,6 +137,8 @@ def test_pretraining_feeds_the_teacher_and_records_what_it_wrote(tmp_path, token
     noisy = pretrain("nano", tmp_path / "data", tokenizer_dir, tmp_path / "noisy", spec,
                      teacher=TeacherSpec(truncate=0.9), max_value=TASK.max_value)
     written = noisy["teacher"]["written"]
+    for name in ("model.safetensors", "pre.json"):  # the base policy's weights follow the umask
+        assert stat.S_IMODE((tmp_path / "noisy" / name).stat().st_mode) == 0o664
     assert written["solutions"] >= 6000 // 40
     assert written["truncated"] / written["eligible_for_truncation"] == pytest.approx(0.9, abs=0.1)
     assert json.loads((tmp_path / "noisy" / "pre.json").read_text())["teacher"]["truncate"] == 0.9

@@ -1,6 +1,7 @@
 """Metered GRPO training: budget stop, nested rungs, resume after SIGKILL, determinism, MLflow,
 and the online meter against FlopCounterMode."""
 
+import errno
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from race.core.atomic import current_umask
 from race.core.cells import PERF, rung_dir
 from race.core.cpu_kernels import cpu_vendor
 from race.core.jobs import TrainJob, to_json
+from race.core.outputs import set_aside_corrupt
 from race.core.specs import Allocation, RewardSpec, TaskSpec
 from race.data.task import write_splits
 from race.flops.ledger import Ledger
@@ -86,6 +88,11 @@ def metrics_rows(run_dir: Path) -> list[dict]:
 
 def read_rung(run_dir: Path, budget: float) -> dict:
     return json.loads((rung_dir(run_dir, budget) / "ledger.json").read_text())
+
+
+def rung_bytes(run_dir: Path) -> dict:
+    """Every rung's ledger.json, as bytes."""
+    return {p.parent.name: p.read_bytes() for p in sorted(run_dir.glob("budget~*/ledger.json"))}
 
 
 def adapter_tensors(run_dir: Path, budget: float) -> dict:
@@ -297,8 +304,14 @@ def test_a_kill_while_a_checkpoint_is_saved_keeps_the_previous_one(
         run_training(job)
     monkeypatch.undo()
     assert latest_checkpoint(killed, job_fingerprint(job)).name == f"checkpoint-{saves[0]}"
+    first = rung_bytes(killed)
+    delete_declared_outputs(killed, [B1, B2])
     run_training(job)
     assert f"resuming from checkpoint-{saves[0]}" in capsys.readouterr().err
+    # B2 was snapshotted at the killed step and passed again by the replay: its ledger is
+    # restored byte for byte (wall seconds included), and the run's ledger agrees with it.
+    assert rung_bytes(killed) == first
+    assert Ledger.load(killed / "ledger.json").to_dict()["rows"] == read_rung(killed, B2)["rows"]
     for budget in (B1, B2):
         assert flops_rows(read_rung(killed, budget)) == flops_rows(read_rung(run_dir, budget))
         a, b = adapter_tensors(killed, budget), adapter_tensors(run_dir, budget)
@@ -306,6 +319,73 @@ def test_a_kill_while_a_checkpoint_is_saved_keeps_the_previous_one(
     assert metrics_rows(killed) == metrics_rows(run_dir)
     assert [c.name for c in (killed / "checkpoints").glob("checkpoint-*")] == [
         c.name for c in (run_dir / "checkpoints").glob("checkpoint-*")]  # one kept
+
+
+def test_a_rung_passed_again_by_a_fresh_start_keeps_its_ledger_and_weights_follow_the_umask(
+        tiny_base, reference_run, tmp_path, monkeypatch, umask_002):
+    """Killed after the first rung's snapshot and before any checkpoint is complete: the
+    rerun starts fresh and passes that rung again; its ledger.json comes back byte for byte
+    (the rung's rung_state.json). Under umask 002 every weight file, rung and checkpoint, is
+    0664 like the other outputs, and adapter configs list their target modules sorted."""
+    from race.grpo.run import MeteredRun
+
+    run_dir, _ = reference_run
+    killed = tmp_path / "cell"
+    job = make_job(tiny_base, killed, [B1, B2])
+
+    def die(self, ckpt, step):
+        raise KilledInSave
+
+    monkeypatch.setattr(MeteredRun, "save_state", die)
+    with pytest.raises(KilledInSave):
+        run_training(job)
+    monkeypatch.undo()
+    assert latest_checkpoint(killed, job_fingerprint(job)) is None and rung_complete(killed, B1)
+    first = rung_bytes(killed)
+    delete_declared_outputs(killed, [B1, B2])
+    run_training(job)
+    assert rung_bytes(killed)[rung_dir(killed, B1).name] == first[rung_dir(killed, B1).name]
+    assert flops_rows(read_rung(killed, B2)) == flops_rows(read_rung(run_dir, B2))
+    weights = sorted(killed.rglob("*.safetensors"))
+    assert len(weights) == 3  # two rungs and the checkpoint
+    assert {stat.S_IMODE(w.stat().st_mode) for w in weights} == {0o664}
+    for config in killed.rglob("adapter_config.json"):
+        modules = json.loads(config.read_text())["target_modules"]
+        assert modules == sorted(ALLOC.lora_targets), config
+
+
+def test_a_full_disk_while_saving_a_checkpoint_says_so_and_keeps_the_previous_one(
+        tiny_base, reference_run, tmp_path, monkeypatch, capsys):
+    """The disk fills up while TRL saves the second checkpoint: the error says so and names
+    the checkpoint, whose partial folder is removed; the first checkpoint is intact, and the
+    rerun resumes from it to the same rungs."""
+    from transformers import Trainer
+
+    from race.core.atomic import NoSpaceError
+
+    run_dir, _ = reference_run
+    full = tmp_path / "cell"
+    job = make_job(tiny_base, full, [B1, B2])
+    save = Trainer._save_optimizer_and_scheduler
+
+    def fill_the_disk(self, output_dir):
+        if output_dir.endswith("checkpoint-8"):
+            (Path(output_dir) / "optimizer.pt").write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        save(self, output_dir)
+
+    monkeypatch.setattr(Trainer, "_save_optimizer_and_scheduler", fill_the_disk)
+    ckpt = full / "checkpoints" / "checkpoint-8"
+    with pytest.raises(NoSpaceError, match=f"^no space left on device while saving checkpoint "
+                                           f"{ckpt}; its partial folder was removed"):
+        run_training(job)
+    monkeypatch.undo()
+    assert not ckpt.exists()
+    assert latest_checkpoint(full, job_fingerprint(job)).name == "checkpoint-4"
+    run_training(job)
+    assert "resuming from checkpoint-4" in capsys.readouterr().err
+    for budget in (B1, B2):
+        assert flops_rows(read_rung(full, budget)) == flops_rows(read_rung(run_dir, budget))
 
 
 def test_deleted_rung_summaries_of_a_finished_run_are_rebuilt_not_retrained(
@@ -344,6 +424,16 @@ def test_a_damaged_metrics_file_of_a_finished_run_is_rewritten(tiny_base, refere
         assert flops_rows(read_rung(copy, budget)) == flops_rows(read_rung(run_dir, budget))
         a, b = adapter_tensors(copy, budget), adapter_tensors(run_dir, budget)
         assert all((a[k] == b[k]).all() for k in a)
+    # Cut at a line boundary the file parses: the workflow's start finds it short of the
+    # steps train.json counts and sets it aside with the run's DONE, so the job reruns.
+    whole = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (copy / "metrics.jsonl").write_text("".join(whole[:-3]))
+    [note] = set_aside_corrupt(copy.parent)
+    assert f"for the {summary['steps']} steps the run recorded" in note
+    assert not (copy / "DONE").exists()
+    delete_declared_outputs(copy, [B1, B2])
+    assert run_training(make_job(tiny_base, copy, [B1, B2])) == summary
+    assert metrics_rows(copy) == metrics_rows(run_dir)
 
 
 def test_a_rung_added_below_the_checkpoint_retrains_the_run(tiny_base, reference_run,
@@ -394,7 +484,8 @@ def test_outputs_follow_the_umask(reference_run):
     run_dir, _ = reference_run
     umask = current_umask()
     assert stat.S_IMODE(rung_dir(run_dir, B1).stat().st_mode) == 0o777 & ~umask
-    for path in (rung_dir(run_dir, B1) / "ledger.json", run_dir / "train.json"):
+    weights = sorted(run_dir.rglob("*.safetensors"))  # the rungs' and the checkpoint's
+    for path in (rung_dir(run_dir, B1) / "ledger.json", run_dir / "train.json", *weights):
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
 
 
@@ -602,6 +693,28 @@ def test_fingerprint_follows_the_weights_not_other_files(tiny_base, tmp_path):
     weights = base / "model.safetensors"
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
     assert job_fingerprint(job) != before  # pretrained again
+
+
+def test_adapter_configs_are_the_same_bytes_whatever_the_set_order(reference_run, tmp_path):
+    """PEFT writes target_modules in set order, which changes with each process's string-hash
+    salt: two saves of one config, its modules in two orders as two processes may write them,
+    come out as the same adapter_config.json, modules sorted -- rungs and checkpoints alike."""
+    from race.grpo.adapter_card import canonical_adapter_config
+
+    run_dir, _ = reference_run
+    rung = rung_dir(run_dir, B1) / "adapter_config.json"
+    [ckpt] = (run_dir / "checkpoints").glob("checkpoint-*/adapter_config.json")
+    for path in (rung, ckpt):
+        assert json.loads(path.read_text())["target_modules"] == sorted(ALLOC.lora_targets)
+    config = json.loads(rung.read_text())
+    for reverse in (False, True):
+        folder = tmp_path / f"save-{reverse}"
+        folder.mkdir()
+        peft = dict(config, target_modules=sorted(config["target_modules"], reverse=reverse))
+        (folder / "adapter_config.json").write_text(json.dumps(peft, indent=2, sort_keys=True))
+        canonical_adapter_config(folder)
+    assert (tmp_path / "save-False" / "adapter_config.json").read_bytes() == (
+        tmp_path / "save-True" / "adapter_config.json").read_bytes() == rung.read_bytes()
 
 
 def test_a_rung_adapter_names_its_base_and_how_it_was_trained(tiny_base, reference_run,

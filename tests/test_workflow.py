@@ -35,9 +35,15 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+#: The rules whose jobs SLURM runs (the others are the Snakefile's localrules).
+MODEL_RULES = ("base", "prm", "train", "train_validation", "evaluate", "evaluate_validation",
+               "evaluate_base")
+
+
+def snakemake(cwd: Path, *args: str, check: bool = True,
+              timeout: float | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(proc.stdout[-3000:] + proc.stderr[-3000:])
     return proc
@@ -96,23 +102,26 @@ def test_slurm_profile_parses(tmp_path):
     resource name the executor plugin reads (gpu), with the config's memory and runtime; the
     light jobs run where Snakemake runs, not on the (GPU) partition."""
     wd = workdir(tmp_path)
+    study = yaml.safe_load((wd / "configs" / "qwen2.5.yaml").read_text())
+    study["slurm"]["account"] = "proj-42"
+    (wd / "study.yaml").write_text(yaml.safe_dump(study))
     out = snakemake(wd, "--executor", "slurm", "--workflow-profile", "profiles/slurm", "-n",
-                    "--jobs", "10", "--configfile", "configs/qwen2.5.yaml").stdout
+                    "--jobs", "10", "--configfile", "study.yaml").stdout
     jobs = out.split("\nrule ")[1:]
     for rule, mem, runtime in (("train", 64000, 720), ("evaluate", 32000, 120)):
         resources = [j.split("resources: ")[1].splitlines()[0] for j in jobs
                      if j.startswith(f"{rule}:")]
+        # The config's slurm: section reaches the plugin as its resource names.
         assert resources and all(f"mem_mb={mem}," in r and f"runtime={runtime}" in r
-                                 and r.endswith("gpu=1") for r in resources), resources[:1]
+                                 and "gpu=1, slurm_partition=gpu, slurm_account=proj-42" in r
+                                 for r in resources), resources[:1]
     assert "gpus=" not in out
     # Every rule but the model jobs' is a localrule (a dry run prints them all as "rule").
     rules = set(snakemake(wd, "--list-rules").stdout.split())
     text = (wd / "Snakefile").read_text()
     local = set(re.search(r"\nlocalrules:\n((?:    \w+,\n)+)", text).group(1).replace(
         ",", " ").split())
-    model = {"base", "prm", "train", "train_validation", "evaluate", "evaluate_validation",
-             "evaluate_base"}
-    assert local == rules - model, (local, rules)
+    assert local == rules - set(MODEL_RULES), (local, rules)
 
 
 def test_jobs_call_the_cli_through_the_deployment_python(tmp_path):
@@ -194,14 +203,124 @@ def test_duplicate_names_are_rejected(tmp_path):
     assert not (wd / SMOKE_RESULTS).exists()
 
 
+def test_a_lock_note_names_the_command_that_removes_a_stale_lock(tmp_path):
+    """Snakemake's locks (its file backend: the files a run reads and writes, one per line)
+    on this study's files get a note; another study's, or none, get none."""
+    from race.study.locks import lock_note
+
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    assert lock_note(["results"], tmp_path) is None
+    (locks / "0.output.lock").write_text("results-smoke/data/train.jsonl\n")
+    assert lock_note(["results", "reports"], tmp_path) is None
+    (locks / "1.output.lock").write_text("results/runs/x/DONE\nresults/data/train.jsonl\n")
+    note = lock_note(["results", "reports"], tmp_path, [tmp_path / "configs" / "smoke.yaml"])
+    assert note.startswith("RACE: .snakemake/locks holds a lock on this study's files "
+                           "(results/runs/x/DONE, ...)")
+    assert "`snakemake --unlock --configfile configs/smoke.yaml` removes it" in note
+
+
+def test_a_stale_lock_and_a_pickle_rung_are_named_as_the_workflow_starts(tmp_path):
+    """After a kill: the lock it left gets RACE's note before Snakemake's LockException (which
+    no hook can add to), and a finished rung holding a pickle adapter stops the workflow while
+    it parses, naming the folder, before a job is scheduled (Snakemake deletes a scheduled
+    job's outputs: the cell's other eval.json files)."""
+    wd = workdir(tmp_path)
+    locks = wd / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.output.lock").write_text(f"{SMOKE_RESULTS}/data/train.jsonl\n")
+    run = wd / SMOKE_RESULTS / "runs" / "size~nano" / "reward~rule" / "alloc~base" / "seed~0"
+    for budget, weights in (("4e9", "adapter_model.safetensors"), ("8e9", "adapter_model.bin")):
+        rung = run / f"budget~{budget}"
+        rung.mkdir(parents=True)
+        for name, text in (("adapter_config.json", '{"r": 4}'), (weights, ""), ("DONE", ""),
+                           ("eval.json", "{}")):
+            (rung / name).write_text(text)
+    proc = snakemake(wd, "-n", "--cores", "1", "--configfile", "configs/smoke.yaml",
+                     check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "`snakemake --unlock --configfile configs/smoke.yaml` removes it" in out
+    assert (f"rung snapshot: {SMOKE_RESULTS}/runs/size~nano/reward~rule/alloc~base/seed~0/"
+            "budget~8e9 holds pickle weights (adapter_model.bin)") in out
+    assert all((run / f"budget~{b}" / "eval.json").read_text() == "{}" for b in ("4e9", "8e9"))
+
+
 @pytest.fixture(scope="module")
-def smoke_study(tmp_path_factory) -> dict:
+def slurm_cluster():
+    """The single-node SLURM cluster of tools/slurm-cluster.sh, brought up for this module
+    (and down after it, if it was not already running); else the reason it cannot be."""
+    script = ["bash", str(ROOT / "tools" / "slurm-cluster.sh")]
+    running = subprocess.run([*script, "status"], capture_output=True).returncode == 0
+    up = subprocess.run([*script, "up"], capture_output=True, text=True, timeout=600)
+    yield None if up.returncode == 0 else (up.stderr.strip() or up.stdout.strip())
+    if up.returncode == 0 and not running:
+        subprocess.run([*script, "down"], capture_output=True)
+
+
+#: The smoke study on the cluster: the model jobs on partition gpu, training asking for a GPU
+#: (the cluster's are stand-ins: the jobs compute on the CPU, as locally).
+ON_SLURM = "slurm: {partition: gpu}\nresources: {train: {gpu: 1}}\n"
+
+
+def test_a_gpu_job_on_a_partition_without_gpus_is_refused_before_submission(
+        tmp_path, slurm_cluster):
+    """The cluster's partition cpu has no GPU: RACE says so, with the fix, before any job
+    (local or submitted) runs, instead of the plugin's "Invalid generic resource"."""
+    if slurm_cluster is not None:
+        pytest.skip(f"no SLURM cluster: {slurm_cluster}")
+    wd = workdir(tmp_path)
+    (wd / "study.yaml").write_text((wd / "configs" / "smoke.yaml").read_text()
+                                   + ON_SLURM.replace("partition: gpu", "partition: cpu"))
+    proc = snakemake(wd, "--workflow-profile", "profiles/slurm", "--configfile", "study.yaml",
+                     check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert ("resources.train.gpu: 1 asks for a GPU, but SLURM partition 'cpu' (slurm.partition)"
+            " has no GPU on any node" in out), out[-2000:]
+    assert "submitted with SLURM" not in out and not (wd / SMOKE_RESULTS / "data").exists()
+
+
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory, slurm_cluster) -> dict:
     """The smoke study, run once uninterrupted, and what the fault-injection test must find
-    again after its faults: the runs table, every ledger, every MLflow point."""
+    again after its faults (run locally): the runs table, every ledger, every MLflow point.
+    Where tools/slurm-cluster.sh can bring a cluster up (root on Debian), it runs through
+    profiles/slurm, so that the fault test also finds the cluster's study equal to a local
+    one; a hang is a failure (timeout)."""
     wd = workdir(tmp_path_factory.mktemp("smoke"))
-    snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
+    if slurm_cluster is None:
+        (wd / "study.yaml").write_text((wd / "configs" / "smoke.yaml").read_text() + ON_SLURM)
+        proc = snakemake(wd, "--workflow-profile", "profiles/slurm", "--configfile",
+                         "study.yaml", "--slurm-init-seconds-before-status-checks", "2",
+                         timeout=1200)
+    else:
+        proc = snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
     return {"wd": wd, "runs": runs_table(wd), "ledgers": ledgers(wd),
-            "mlflow": mlflow_points(wd)}
+            "mlflow": mlflow_points(wd), "log": proc.stdout + proc.stderr,
+            "slurm": slurm_cluster is None, "not_on_slurm": slurm_cluster}
+
+
+@pytest.mark.slow
+def test_the_smoke_study_runs_through_slurm(smoke_study):
+    """Every model job went through sbatch, each COMPLETED (squeue remembers finished jobs
+    for MinJobAge), training with a GPU request; the workflow checked the cluster first."""
+    if not smoke_study["slurm"]:
+        pytest.skip(f"no SLURM cluster: {smoke_study['not_on_slurm']}")
+    log = smoke_study["log"]
+    ids = re.findall(r"has been submitted with SLURM jobid (\d+)", log)
+    rules = re.findall(r"^rule (\w+):", log, flags=re.M)  # a localrule's job says localrule
+    assert set(rules) == set(MODEL_RULES) and len(ids) == len(rules), (rules, ids)
+    states = dict(line.split("|") for line in subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--format=%i|%T", "--jobs", ",".join(ids)],
+        capture_output=True, text=True, check=True).stdout.split())
+    assert set(states) == set(ids) and set(states.values()) == {"COMPLETED"}, states
+    assert "RACE: SLURM job states from squeue" in log
+    assert "RACE: model jobs' GPUs from partition 'gpu'" in log
+    gpu_jobs = [i for i in ids if "TresPerJob=gres:gpu:1" in subprocess.run(
+        ["scontrol", "show", "job", i], capture_output=True, text=True).stdout]
+    assert len(gpu_jobs) == rules.count("train") + rules.count("train_validation") > 0
+    print(f"{len(ids)} sbatch jobs, all COMPLETED; {len(gpu_jobs)} with a GPU")
 
 
 @pytest.mark.slow

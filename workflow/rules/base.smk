@@ -24,5 +24,7 @@ rule base:
         mem_mb=res("base", "mem_mb"),
         runtime=res("base", "runtime"),
         gpu=res("base", "gpu"),
+        slurm_partition=slurm("partition"),
+        slurm_account=slurm("account"),
     shell:
         "race pretrain --job {params.job:q} --threads {threads} > {log} 2>&1"

@@ -12,6 +12,8 @@ from race.core import jobs as J
 from race.core.outputs import read_output, set_aside_corrupt
 from race.study import builders as B
 from race.study import config as S
+from race.study.inputs import check_rung_snapshots
+from race.study.locks import lock_note
 from race.tracking.mirror import forget_lost_store
 
 # The config typed once (race.core.study.Study), then the cross-field checks (unknown names,
@@ -21,13 +23,24 @@ R = str(STUDY.results)
 # Where the tables, figures and report.md go: the default study's are committed under reports/,
 # so another study (the smoke study) writes its own elsewhere.
 REPORTS = STUDY.reports_dir
-# A damaged output looks up to date to Snakemake: set it aside so its job reruns (once, in the
-# scheduling process; cluster jobs parse this file again and leave results alone). A dry run
-# only says what a real run would set aside.
+# Checks and repairs of the results folder, once, in the scheduling process (cluster jobs
+# parse this file again and leave results alone).
 if workflow.is_main_process:
     DRY = workflow.output_settings.dryrun
+    UNLOCKING = "--unlock" in sys.argv  # runs no job: neither the note nor a rung stops it
+    # A lock a killed run left: Snakemake's LockException follows once the DAG is built, and
+    # Snakemake lets a workflow add nothing to it, so the note comes first.
+    NOTE = None if UNLOCKING else lock_note([R, REPORTS], ".", workflow.configfiles)
+    if NOTE:
+        print(NOTE, file=sys.stderr)
     # One study per results directory (race.study.cells.claim_results_dir).
     STUDY.claim_results_dir(check_only=DRY)
+    # A rung whose adapter evaluation cannot load (a pickle), refused before any job is
+    # scheduled: found by its cell's evaluate job, it would cost that job's good outputs.
+    if not UNLOCKING:
+        check_rung_snapshots(STUDY)
+    # A damaged output looks up to date to Snakemake: set it aside so its job reruns. A dry
+    # run only says what a real run would set aside.
     for line in set_aside_corrupt(R, DRY) + forget_lost_store(STUDY, DRY):
         print(line, file=sys.stderr)
 # How a job calls the package's CLI: the scheduler's interpreter, or the conda env's python
@@ -37,7 +50,7 @@ RACE = invocation(
     workflow.basedir,
 )
 # How a training job runs but not what it computes (race.core.jobs.RUN_OPTIONS: live MLflow
-# logging, checkpoint cadence), the same for every cell.
+# logging, checkpoint cadence, the step limit), the same for every cell.
 TRAIN_RUN_OPTIONS = B.run_options_json("train", STUDY)
 # Neither is a param: Snakemake reruns a job whose params change, and neither where the
 # interpreter lives (a venv moved or rebuilt elsewhere) nor these options change a result. Every
@@ -88,6 +101,12 @@ def in_run(path):
 def res(rule_group, key):
     """``resources.<rule_group>.<key>`` of the config (the schema fills the defaults)."""
     return STUDY.resources[rule_group][key]
+
+
+def slurm(key):
+    """``slurm.<key>`` of the config, None when unset (Snakemake then passes no such
+    resource, and the cluster's default applies)."""
+    return (STUDY.slurm or {}).get(key)
 
 
 def cell_of(w):

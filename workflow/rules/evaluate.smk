@@ -27,6 +27,8 @@ rule evaluate:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
+        slurm_partition=slurm("partition"),
+        slurm_account=slurm("account"),
     shell:
         "race evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"
 
@@ -71,5 +73,7 @@ rule evaluate_base:
         mem_mb=res("evaluate", "mem_mb"),
         runtime=res("evaluate", "runtime"),
         gpu=res("evaluate", "gpu"),
+        slurm_partition=slurm("partition"),
+        slurm_account=slurm("account"),
     shell:
         "race evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"

@@ -24,5 +24,7 @@ rule prm:
         mem_mb=res("prm", "mem_mb"),
         runtime=res("prm", "runtime"),
         gpu=res("prm", "gpu"),
+        slurm_partition=slurm("partition"),
+        slurm_account=slurm("account"),
     shell:
         "race prm --job {params.job:q} --threads {threads} > {log} 2>&1"

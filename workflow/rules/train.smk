@@ -26,6 +26,8 @@ rule train:
         mem_mb=res("train", "mem_mb"),
         runtime=res("train", "runtime"),
         gpu=res("train", "gpu"),
+        slurm_partition=slurm("partition"),
+        slurm_account=slurm("account"),
     shell:
         "race train --job {params.job:q} --run-options \"$RACE_TRAIN_RUN_OPTIONS\""
         " --threads {threads} > {log} 2>&1"

@@ -36,6 +36,12 @@ def fits_wildcard(field: str, value: str) -> bool:
     return re.fullmatch(WILDCARDS[field], value) is not None
 
 
+def only_dots(name: str) -> bool:
+    """``.``, ``..``, ...: a name the wildcards let through that a path reads as this or the
+    parent folder (a study, reward or allocation name must not be one)."""
+    return bool(name) and not name.strip(".")
+
+
 def slug(spec: str) -> str:
     """A size / PRM spec as one path component: ``Qwen/Qwen2.5-0.5B`` -> ``Qwen--Qwen2.5-0.5B``."""
     return spec.replace("/", "--")

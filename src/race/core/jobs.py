@@ -11,7 +11,8 @@ job runs by :mod:`race.policy.device`). Train and evaluate jobs carry ``dtype``
 training stay float32). Threads are not part of a job: the rule passes the threads Snakemake
 gave it (``resources.<rule>.threads``, capped by ``--cores``) as ``--threads``, so changing
 them reruns nothing. A job's run options (:data:`RUN_OPTIONS`: live MLflow logging,
-checkpoint cadence) are passed apart for the same reason.
+checkpoint cadence, the step limit ``race train`` checks its budget against) are passed apart
+for the same reason.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class TrainJob:
     # Run options (RUN_OPTIONS): how the job runs, not what it computes.
     mlflow: MlflowSpec | None = None  # live logging from the training job; None: files only
     save_every: int = _training("save_every")  # steps between checkpoints (for resuming)
+    max_steps_per_run: int | None = None  # the step limit (None: race.study.plan's default)
     attn_implementation: str = _training("attn_implementation")
     gradient_checkpointing: bool = _training("gradient_checkpointing")
     dtype: str = _training("dtype")
@@ -151,7 +153,7 @@ JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": 
 #: them apart (``--run-options``, :func:`run_options_json`): pointing live logging at a
 #: tracking server or checkpointing more often reruns nothing. They are the same for every
 #: cell of a study.
-RUN_OPTIONS = {"train": ("mlflow", "save_every")}
+RUN_OPTIONS = {"train": ("mlflow", "save_every", "max_steps_per_run")}
 _SPECS = {EvalJob: EvalSpec, PretrainJob: PretrainSpec, PrmJob: PRMSpec}
 #: Fields a job's JSON leaves out while they are empty (:func:`from_json` restores their
 #: default): a job that pins no hub revision and cuts no micro-batches keeps the JSON, hence

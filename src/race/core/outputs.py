@@ -7,7 +7,9 @@ one raises :class:`CorruptOutputError` naming the file and the job that writes i
 ``JSONDecodeError``. Snakemake cannot tell such a file from a good one (it looks at existence
 and modification times only), so the workflow calls :func:`set_aside_corrupt` when it starts:
 each damaged output is renamed ``<name>.corrupt`` (kept for inspection, not deleted), Snakemake
-then sees it missing and reruns the job that writes it.
+then sees it missing and reruns the job that writes it. A finished run's ``metrics.jsonl`` (appended
+per step, not written whole) is damaged when it does not hold one readable row for each step its
+``train.json`` counts: a file cut at a line boundary parses but is short.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ PRODUCERS = {
     "train.json": "train (race train)",
     "perf.json": "train (race train)",
     "race_state.json": "train (race train, a checkpoint)",
+    "metrics.jsonl": "train (race train)",
     "eval.json": "evaluate (race evaluate)",
     "selected.json": "select (race select)",
     "initialized.json": "mlflow_init (race mlflow-init)",
@@ -32,6 +35,7 @@ PRODUCERS = {
     "mlflow_synced.json": "mlflow_log (race mlflow-log)",
 }
 CORRUPT_SUFFIX = ".corrupt"
+METRICS = "metrics.jsonl"
 
 
 class CorruptOutputError(ValueError):
@@ -69,8 +73,50 @@ def is_corrupt(path: Path) -> bool:
     return False
 
 
-def corrupt_outputs(results_dir: str | Path) -> list[Path]:
-    """Every output under ``results_dir`` named in :data:`PRODUCERS` that does not parse.
+def metrics_problem(path: str | Path, steps: list[int]) -> str | None:
+    """What is wrong with the ``metrics.jsonl`` at ``path`` for a run of these ``steps``
+    (one JSON object per step, in step order), or None when nothing is."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"unreadable ({exc})"
+    found = []
+    for i, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            return f"line {i} is damaged (not JSON)"
+        found.append(row.get("step") if isinstance(row, dict) else None)
+    if found != steps:
+        return (f"cut short or damaged: {len(found)} rows (last step {found[-1] if found else '-'})"
+                f" for the {len(steps)} steps the run recorded")
+    return None
+
+
+def finished_metrics_problem(path: Path) -> str | None:
+    """:func:`metrics_problem` of a finished run's ``metrics.jsonl`` (``DONE`` beside it)
+    against the ``steps`` of its ``train.json``, the run's own count; None for a run still
+    training, or one whose ``train.json`` cannot say."""
+    run = path.parent
+    if not (run / "DONE").exists():
+        return None
+    try:
+        steps = read_output(run / "train.json").get("steps")
+    except (OSError, CorruptOutputError):
+        return None
+    return metrics_problem(path, list(range(1, steps + 1))) if isinstance(steps, int) else None
+
+
+def damage(path: Path) -> str | None:
+    """Why an output named in :data:`PRODUCERS` is damaged, or None."""
+    if path.name == METRICS:
+        return finished_metrics_problem(path)
+    return "damaged (not valid JSON)" if is_corrupt(path) else None
+
+
+def corrupt_outputs(results_dir: str | Path) -> list[tuple[Path, str]]:
+    """Every damaged output under ``results_dir`` named in :data:`PRODUCERS`, with why
+    (:func:`damage`).
 
     Checkpoints are left out: resuming skips a damaged checkpoint and takes the one before
     (race.grpo.resume.latest_checkpoint)."""
@@ -80,14 +126,16 @@ def corrupt_outputs(results_dir: str | Path) -> list[Path]:
     found = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if d != "checkpoints" and not d.startswith(".")]
-        found += [Path(folder) / f for f in files if f in PRODUCERS
-                  and is_corrupt(Path(folder) / f)]
+        for path in (Path(folder) / f for f in files if f in PRODUCERS):
+            reason = damage(path)
+            if reason is not None:
+                found.append((path, reason))
     return sorted(found)
 
 
 #: A run folder's own files (not a rung's) that its training job writes beside its declared
 #: outputs: Snakemake reruns the job for one of them only when the run's DONE goes too.
-RUN_LEVEL = ("train.json", "ledger.json")
+RUN_LEVEL = ("train.json", "ledger.json", METRICS)
 
 
 def set_aside(path: Path, reason: str) -> str:
@@ -109,8 +157,7 @@ def set_aside(path: Path, reason: str) -> str:
 def set_aside_corrupt(results_dir: str | Path, dry_run: bool = False) -> list[str]:
     """Set every damaged output under ``results_dir`` aside; returns one log line per file.
     ``dry_run``: only say which (a dry run changes no file)."""
-    reason = "damaged (not valid JSON)"
     if dry_run:
         return [f"race: {p}: {reason}; a real run sets it aside and the {producer(p)} job "
-                "reruns (dry run: left in place)" for p in corrupt_outputs(results_dir)]
-    return [set_aside(p, reason) for p in corrupt_outputs(results_dir)]
+                "reruns (dry run: left in place)" for p, reason in corrupt_outputs(results_dir)]
+    return [set_aside(p, reason) for p, reason in corrupt_outputs(results_dir)]

@@ -79,6 +79,8 @@ class Study:
     # hub id -> the revision it is loaded at (race.core.references); None: a slice without it
     revisions: Mapping[str, str] | None = None
     gpu_memory_gb: float | None = None  # one GPU's memory: check-config fits every job in it
+    max_steps_per_run: int | None = None  # None (unset): race.study.plan.MAX_STEPS_PER_RUN
+    slurm: Mapping | None = None  # partition and account of the model jobs on SLURM
 
     @classmethod
     def from_config(cls, config: Mapping) -> Study:
@@ -120,6 +122,8 @@ class Study:
             resources=_frozen(c["resources"]) if "resources" in c else None,
             revisions=_frozen(c["revisions"]) if "revisions" in c else None,
             gpu_memory_gb=get("gpu_memory_gb"),
+            max_steps_per_run=get("max_steps_per_run"),
+            slurm=_frozen(c["slurm"]) if "slurm" in c else None,
         )
 
     def slice(self, *keys: str) -> str:

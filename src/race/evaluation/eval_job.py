@@ -133,6 +133,13 @@ def run_evaluation(job):
     loaded once, on the first snapshot that uses it, and kept for the others). Yields
     ``(eval.json path, payload)`` as each is written; with live MLflow the metrics also go to
     the cell's run at the rung's training step."""
+    from race.study.inputs import check_adapter_dir
+
+    # Every adapter before the first snapshot is evaluated: a bad one fails the job before it
+    # writes anything, so no good eval.json of this job is written only to be deleted.
+    for snapshot in job.snapshots:
+        if snapshot.adapter is not None:
+            check_adapter_dir(snapshot.adapter)
     models = FeedbackModels()
     for snapshot in job.snapshots:
         spec = job.spec if snapshot.targets is None else job.spec.with_overrides(

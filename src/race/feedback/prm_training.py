@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from race.core.atomic import write_json_atomic
+from race.core.atomic import saving_weights, write_json_atomic
 from race.core.specs import PRMSpec
 from race.feedback.models import quiet_transformers
 from race.feedback.prm_data import (
@@ -252,7 +252,8 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    with saving_weights(out, f"PRM {out}"):
+        model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     write_jsonl(out / "samples.jsonl", (
         {"prompt": e.prompt, "completion": e.completion, "labels": [int(x) for x in e.labels],

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from race.core.atomic import saving_weights
 from race.data.task import split_steps
 from race.feedback.models import (
     QWEN_STEP_TOKEN,
@@ -95,7 +96,8 @@ class QwenMathPRMModule(torch.nn.Module):
         self.config.architectures = ["Qwen2ForProcessRewardModel"]
         self.config.save_pretrained(out)
         state = {k: v.contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+        with saving_weights(out, f"PRM {out}"):
+            save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
 
 
 class QwenMathPRM(FeedbackModel):

@@ -51,11 +51,28 @@ def card(job, budget: float, summary: dict) -> str:
     return "\n".join(lines)
 
 
+#: adapter_config.json fields that PEFT holds as sets and writes in set order, which changes from
+#: one process to the next (Python salts string hashes per process).
+SET_FIELDS = ("target_modules", "exclude_modules")
+
+
+def canonical_adapter_config(folder: str | Path, base: str | None = None) -> None:
+    """Rewrite ``folder/adapter_config.json`` so that one config is always the same bytes:
+    keys sorted, :data:`SET_FIELDS` lists sorted, a final newline; ``base``, when given,
+    replaces ``base_model_name_or_path``."""
+    path = Path(folder) / "adapter_config.json"
+    config = json.loads(path.read_text())
+    for field in SET_FIELDS:
+        if isinstance(config.get(field), list):
+            config[field] = sorted(config[field])
+    if base is not None:
+        config["base_model_name_or_path"] = base
+    write_text_atomic(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def finish_adapter(folder: str | Path, job, budget: float, summary: dict) -> None:
-    """Point the saved adapter at a resolvable base and replace PEFT's template card."""
+    """Point the saved adapter at a resolvable base, make its config reproducible and replace
+    PEFT's template card."""
     folder = Path(folder)
-    config_path = folder / "adapter_config.json"
-    config = json.loads(config_path.read_text())
-    config["base_model_name_or_path"] = resolvable_base(job.base)
-    write_text_atomic(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    canonical_adapter_config(folder, resolvable_base(job.base))
     write_text_atomic(folder / "README.md", card(job, budget, summary))

@@ -23,12 +23,15 @@ from pathlib import Path
 from race.core.atomic import write_text_atomic
 from race.core.cells import DONE, rung_dir
 from race.core.jobs import RUN_OPTIONS, TrainJob, to_json
-from race.core.outputs import CorruptOutputError, read_output
+from race.core.outputs import METRICS, CorruptOutputError, metrics_problem, read_output
 from race.core.references import hub_references
 from race.flops.ledger import BUDGET_PHASES, Ledger
 from race.flops.meter import FLOPS_CONVENTION
 
 ADAPTER_FILE = "adapter_model.safetensors"
+#: A rung's copy of its own summary, with the job's fingerprint (:func:`kept_rung_summaries`):
+#: not a declared output, so it outlives Snakemake's deletion of the rung's ``ledger.json``.
+RUNG_STATE = "rung_state.json"
 #: TrainJob fields that do not change the trajectory: its run options (where it logs live, how
 #: often it checkpoints), where it is written and how it is named; the rungs only decide where
 #: to snapshot, and a change of rungs is handled apart; the device only where it computes and
@@ -125,11 +128,48 @@ def ledger_summary(ledger: Ledger, budget: float, counters: dict) -> dict:
     }
 
 
+def summary_json(summary: dict) -> str:
+    """A rung's ``ledger.json`` text from its summary (:func:`ledger_summary`)."""
+    return json.dumps(summary, indent=1, sort_keys=True)
+
+
 def rung_summary_json(ledger: Ledger, budget: float, counters: dict) -> str:
     """A rung's ``ledger.json`` text: the summary of the ledger's prefix at the rung's step
     (``counters["step"]``), with the counters at that step."""
-    summary = ledger_summary(ledger.prefix(counters["step"]), budget, counters)
-    return json.dumps(summary, indent=1, sort_keys=True)
+    return summary_json(ledger_summary(ledger.prefix(counters["step"]), budget, counters))
+
+
+def kept_rung_summaries(run_dir: str | Path, fingerprint: str) -> dict[float, dict]:
+    """The summaries this job's earlier processes wrote for its rungs (each rung's
+    :data:`RUNG_STATE`), by budget; damaged, foreign or missing ones are left out. Read when a
+    run starts, before a fresh start deletes the rung folders."""
+    kept = {}
+    for path in Path(run_dir).glob(f"budget~*/{RUNG_STATE}"):
+        try:
+            state = read_output(path)
+        except (OSError, CorruptOutputError):
+            continue
+        summary = state.get("summary")
+        if state.get("fingerprint") == fingerprint and isinstance(summary, dict):
+            kept[summary.get("budget")] = summary
+    return kept
+
+
+def _without_wall(summary: dict) -> dict:
+    """A rung summary less its wall seconds, the only numbers a replayed step changes."""
+    return {**summary,
+            "phases": {p: {k: v for k, v in t.items() if k != "wall_s"}
+                       for p, t in summary["phases"].items()},
+            "rows": [{k: v for k, v in r.items() if k != "wall_s"} for r in summary["rows"]]}
+
+
+def same_but_wall(kept: dict, summary: dict) -> bool:
+    """Whether a kept rung summary is ``summary`` replayed: equal but for wall seconds (a
+    damaged one is not)."""
+    try:
+        return _without_wall(kept) == _without_wall(summary)
+    except (KeyError, TypeError, AttributeError):
+        return False
 
 
 def rebuild_rungs(run_dir: Path, ledger: Ledger, rung_counters: dict[float, dict]) -> list[float]:
@@ -144,18 +184,6 @@ def rebuild_rungs(run_dir: Path, ledger: Ledger, rung_counters: dict[float, dict
         (folder / DONE).write_text("")
         rebuilt.append(budget)
     return rebuilt
-
-
-
-
-def _metrics_intact(path: Path, steps: list[int]) -> bool:
-    """``metrics.jsonl`` holds one readable row per step of the ledger, in order: what the
-    MLflow mirror reads. A damaged or cut file is not reused as is."""
-    try:
-        rows = [json.loads(line) for line in path.read_text().splitlines()]
-    except (OSError, ValueError):
-        return False
-    return [row.get("step") if isinstance(row, dict) else None for row in rows] == steps
 
 
 def reuse_finished(job: TrainJob, run_dir: Path) -> dict | None:
@@ -174,8 +202,10 @@ def reuse_finished(job: TrainJob, run_dir: Path) -> dict | None:
     counters = {b: c for b, c in state["rung_counters"]}
     if any(not (rung_dir(run_dir, b) / ADAPTER_FILE).exists() for b in job.rungs):
         return None
-    if not _metrics_intact(run_dir / "metrics.jsonl", ledger.steps):
-        return None  # resuming from the checkpoint rewrites it (MeteredRun.restore)
+    if metrics_problem(run_dir / METRICS, ledger.steps) is not None:
+        # What the MLflow mirror reads, one row per step: a damaged or cut file is rewritten
+        # by resuming from the checkpoint (MeteredRun.restore) and replaying the steps after.
+        return None
     rebuild_rungs(run_dir, ledger, counters)
     (run_dir / DONE).write_text("")
     return summary

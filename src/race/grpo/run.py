@@ -3,7 +3,8 @@ budget rungs, resume after a kill, and MLflow as a mirror of the run folder.
 
 Run folder (``results/runs/<cell>/``)::
 
-    budget~<B>/          one per rung: adapter (safetensors), ledger.json, DONE
+    budget~<B>/          one per rung: adapter (safetensors), ledger.json, rung_state.json
+                         (its copy, with the job's fingerprint), DONE
     checkpoints/         TRL/Trainer checkpoints (adapter, optimizer, RNG, trainer state) plus
                          race_state.json (the ledger and metrics up to that step)
     ledger.json          the per-step ledger, rewritten at every checkpoint and at the end
@@ -38,7 +39,10 @@ Snakemake deletes a rerun job's declared outputs (every rung's ``ledger.json`` a
 before running it. Those summaries are rebuilt, not retrained: the checkpoint state (and, for
 a finished run, ``train.json`` and the run's ``ledger.json``) records at which step and with
 which counters each rung was snapshotted, and a rung's summary is the ledger's prefix at that
-step. A rung is retrained only when its adapter is gone.
+step. A rung is retrained only when its adapter is gone. A rung that a resumed (or, with no
+checkpoint before it, a fresh) run passes again gets back the summary it had, wall seconds
+included, when the replay charged the same FLOPs (its ``rung_state.json``), so that its
+``ledger.json`` is rebuilt byte for byte and the run's ledger takes back those rows.
 
 Whatever is reused must come from the same job: checkpoints and ``train.json`` carry a
 fingerprint of the job's trajectory-defining fields and of its inputs (the base policy's files,
@@ -59,26 +63,29 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from race.core.atomic import make_temp_dir, write_json_atomic, write_text_atomic
+from race.core.atomic import make_temp_dir, saving_weights, write_json_atomic, write_text_atomic
 from race.core.cells import DONE, PERF, format_budget, rung_dir
 from race.core.jobs import TrainJob
 from race.core.outputs import read_output
 from race.core.references import pinned
 from race.flops import analytic as flops
-from race.flops.ledger import BUDGET_PHASES, Ledger
+from race.flops.ledger import BUDGET_PHASES, Ledger, LedgerRow
 from race.flops.meter import BatchShapes, StepMeter, generation_step_bound
 from race.flops.peak import device_peak, utilisation
 from race.grpo.adapter_card import finish_adapter
 from race.grpo.resume import (
+    RUNG_STATE,
     discard_partial_snapshots,
     job_fingerprint,
     job_references,
+    kept_rung_summaries,
     latest_checkpoint,
     ledger_summary,
     rebuild_rungs,
     reuse_finished,
     rung_complete,
-    rung_summary_json,
+    same_but_wall,
+    summary_json,
 )
 from race.grpo.trainer import (
     PhaseRecorder,
@@ -131,6 +138,9 @@ class MeteredRun:
         self.rung_counters: dict[float, dict] = {}  # rung -> counters (and step) at its snapshot
         self.next_bound: int | None = None  # the bound the last step's rung check used
         self.fingerprint = job_fingerprint(job)
+        # The rung summaries an earlier process of this job wrote: read now, before a fresh
+        # start deletes the rung folders (see rung_summary).
+        self.kept_rungs = kept_rung_summaries(self.run_dir, self.fingerprint)
         self.references = job_references(job)  # hub inputs: revision and commit (train.json)
         self.finished = False
         self.recorder = PhaseRecorder()  # the trainer's seams write into it
@@ -188,25 +198,38 @@ class MeteredRun:
 
     def snapshot(self, budget: float, model, step: int) -> None:
         """Write the rung folder atomically: adapter (with a resolvable base and its card,
-        race.grpo.adapter_card), ledger summary, DONE marker."""
+        race.grpo.adapter_card), ledger summary and its copy (``rung_state.json``), DONE."""
         if self.ledger.model_total > budget:  # a rung this run passed (see due_rungs)
             raise RuntimeError(f"rung {format_budget(budget)}: the run is already at "
                                f"{self.ledger.model_total} model FLOPs")
         final = rung_dir(self.run_dir, budget)
-        tmp = make_temp_dir(self.run_dir, prefix=f".{final.name}.")
-        model.save_pretrained(tmp, safe_serialization=True)
         self.rung_counters[budget] = dict(self.counters, step=step)
-        summary = self.rung_summary_json(budget)
-        write_text_atomic(tmp / "ledger.json", summary)
-        finish_adapter(tmp, self.job, budget, json.loads(summary))
-        (tmp / DONE).write_text("")
+        summary = self.rung_summary(budget, step)
+        tmp = make_temp_dir(self.run_dir, prefix=f".{final.name}.")
+        with saving_weights(tmp, f"rung snapshot {final}", discard_partial=True):
+            model.save_pretrained(tmp, safe_serialization=True)
+            write_text_atomic(tmp / "ledger.json", summary_json(summary))
+            write_json_atomic(tmp / RUNG_STATE, {"fingerprint": self.fingerprint,
+                                                 "summary": summary}, indent=None)
+            finish_adapter(tmp, self.job, budget, summary)
+            (tmp / DONE).write_text("")
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
         self.rungs_done.append(budget)
 
-    def rung_summary_json(self, budget: float) -> str:
-        return rung_summary_json(self.ledger, budget, self.rung_counters[budget])
+    def rung_summary(self, budget: float, step: int) -> dict:
+        """The rung's ledger summary at ``step``. A rung passed again after a kill (the steps
+        since the last checkpoint, or since the start, replayed) keeps the summary its first
+        process wrote when only wall seconds differ, and the run's ledger takes back that
+        process's rows: the rung's ``ledger.json`` comes out byte for byte as first written."""
+        summary = ledger_summary(self.ledger.prefix(step), budget, self.rung_counters[budget])
+        kept = self.kept_rungs.pop(budget, None)
+        if kept is None or not same_but_wall(kept, summary):
+            return summary
+        later = [r for r in self.ledger.rows if r.step > step]
+        self.ledger = Ledger([LedgerRow(**row) for row in kept["rows"]] + later)
+        return kept
 
     def due_rungs(self, total: int) -> list[float]:
         """The stop rule: rungs not yet snapshotted that the next step could pass (total + the

@@ -17,7 +17,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from race.core.atomic import saving_weights
 from race.flops.meter import BatchShapes
+from race.grpo.adapter_card import canonical_adapter_config
 from race.grpo.resume import drop_older_checkpoints
 
 
@@ -88,6 +90,15 @@ def metered_trainer_class():
             finally:
                 self.recorder.current.reward_s += self._clock() - t0
 
+        def _save_checkpoint(self, model, trial):
+            """TRL's checkpoint, its weights following the umask and its adapter config
+            reproducible; a full disk is an error that says so, and the partial folder is
+            removed (the callback drops older checkpoints only after a complete save)."""
+            folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+            with saving_weights(folder, f"checkpoint {folder}", discard_partial=True):
+                super()._save_checkpoint(model, trial)
+                canonical_adapter_config(folder)
+
         def _generate_and_score_completions(self, inputs):
             out = super()._generate_and_score_completions(inputs)
             self.recorder.generated(BatchShapes.from_masks(out["prompt_mask"],
@@ -124,7 +135,10 @@ def budget_callback_class():
 
         def on_save(self, args, state, control, **kwargs):
             ckpt = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            self.run.save_state(ckpt, state.global_step)
+            # RACE's state completes the checkpoint: a full disk here is reported like one
+            # during TRL's save (MeteredGRPOTrainer._save_checkpoint).
+            with saving_weights(ckpt, f"checkpoint {ckpt}", discard_partial=True):
+                self.run.save_state(ckpt, state.global_step)
             drop_older_checkpoints(ckpt)  # only now: the new one is complete
 
     return BudgetCallback

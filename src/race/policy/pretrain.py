@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from race.core.atomic import write_json_atomic
+from race.core.atomic import saving_weights, write_json_atomic
 from race.core.specs import PretrainSpec, TaskSpec, TeacherSpec
 from race.data.task import is_arithmetic, load_jsonl, problem_of, verify
 from race.data.teacher import SLIPS
@@ -153,7 +153,8 @@ def pretrain(size: str, data_dir: str | Path, tokenizer_dir: str | Path, out_dir
 
     accuracy, n_eval = greedy_accuracy(model, tokenizer, eval_in, spec.eval_max_new_tokens)
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    with saving_weights(out_dir, f"base policy {out_dir}"):
+        model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     record = {
         "phase": "pre",

@@ -34,6 +34,9 @@ def train_run_options(study: Study) -> dict:
         # Live logging from the training job; otherwise the mlflow_log job mirrors the folder.
         "mlflow": study.mlflow if study.mlflow_live else None,
         "save_every": study.training.save_every,
+        # Only when set: the options' JSON of a study without it stays as it was.
+        **({"max_steps_per_run": study.max_steps_per_run}
+           if study.max_steps_per_run is not None else {}),
     }
 
 

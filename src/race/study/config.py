@@ -22,7 +22,15 @@ from pathlib import Path
 
 import yaml
 
-from race.core.cells import cell_key, fits_wildcard, format_budget, is_hub_id, is_ladder, slug
+from race.core.cells import (
+    cell_key,
+    fits_wildcard,
+    format_budget,
+    is_hub_id,
+    is_ladder,
+    only_dots,
+    slug,
+)
 from race.core.errors import ConfigError
 from race.core.ladder import LADDER_DIALS
 from race.core.schema import SCHEMA, properties, schema
@@ -303,6 +311,28 @@ def _check_first_rung(study: Study) -> None:
                         "model FLOPs): raise the first rung or shrink that allocation")
 
 
+def _check_run_length(study: Study) -> None:
+    """No cell's run needs more steps to reach a rung than ``max_steps_per_run`` (unset:
+    race.study.plan.MAX_STEPS_PER_RUN), counted as race plan counts them (the fewest steps
+    the rung buys in that cell); the refusal names the first such rung and the cell with the
+    cheapest step. Unchecked, like the first rung, while the prompt lengths are unknown."""
+    from race.study.plan import cell_step_cost, first_overlong
+
+    max_prompt = study.max_prompt_tokens()
+    if max_prompt is None:
+        return  # race train checks the job against its built data
+    runs = {}
+    for size in study.sizes:
+        for alloc_name in study.allocations:
+            for reward_name in study.rewards:
+                cost = cell_step_cost(study, size, alloc_name, reward_name, max_prompt)
+                if cost is not None:
+                    runs[f"size~{slug(size)}/reward~{reward_name}/alloc~{alloc_name}"] = cost
+    over = first_overlong(runs, study.budgets, study.max_steps_per_run) if runs else None
+    if over is not None:
+        raise ConfigError(over.message("budgets"))
+
+
 def _check_memory(study: Study) -> None:
     """With ``gpu_memory_gb`` stated, every training and evaluation job's peak estimate
     (race.study.memory) fits in it."""
@@ -333,6 +363,7 @@ def _check_rewards(study: Study) -> None:
     for name, reward in study.rewards.items():
         if not fits_wildcard("reward", name):
             raise ConfigError(f"rewards.{name}: names may use letters, digits and _ . + -")
+        _not_dots("rewards", name)
         wanted = REWARD_MODEL_KEY[reward.type]
         if wanted is None:
             continue
@@ -397,6 +428,15 @@ def _check_allocation_names(study: Study) -> None:
     for name in study.allocations:
         if not fits_wildcard("alloc", name):
             raise ConfigError(f"allocations.{name}: names may use letters, digits and _ . -")
+        _not_dots("allocations", name)
+
+
+def _not_dots(key: str, name: str) -> None:
+    """A name that becomes part of a path or an MLflow name is not only dots (``..`` reads as
+    the parent folder wherever the name stands alone; the schema's pattern lets it through)."""
+    if only_dots(name):
+        raise ConfigError(f"{key}: the name {name!r} is only dots, which a path reads as this "
+                          "or the parent folder: use a name with a letter or digit")
 
 
 def _check_budgets(study: Study) -> None:
@@ -492,6 +532,7 @@ def check_study(study: Study) -> Study:
     cannot express, each written once; returns the study unchanged."""
     from race.study.inputs import InputError, check_inputs
 
+    _not_dots("study", study.name)
     _check_task(study)
     _check_sizes(study)
     _check_rewards(study)
@@ -502,6 +543,7 @@ def check_study(study: Study) -> Study:
     _check_revisions(study)
     _check_race(study)
     _check_first_rung(study)
+    _check_run_length(study)
     _check_memory(study)
     try:
         check_inputs(study)

@@ -135,3 +135,28 @@ def check_feedback_kind(path: str | Path, key: str, orm: bool) -> None:
         want = "an ORM (a sequence classifier)" if orm else "a PRM"
         raise InputError(f"{key}: {path} holds {'an ORM' if kind == 'orm' else 'a PRM'} "
                          f"({kind}), and this key needs {want}")
+
+
+def check_rung_snapshots(study) -> None:
+    """Every finished rung snapshot (DONE written) of the study's cells holds an adapter the
+    evaluate job can load (:func:`check_adapter_dir`: safetensors, never a pickle).
+
+    The workflow runs this when it starts, before it schedules a job: one evaluate job covers
+    all the rungs of a cell, and Snakemake deletes a job's outputs before running it and again
+    when it fails, so a bad rung first met there would cost the cell's good eval.json files."""
+    from race.core.cells import DONE, Cell, rung_dir
+
+    extra = [s for s in study.race.validation_seeds if s not in study.seeds]
+    cells = study.grid_cells() + [Cell(size, reward, alloc, seed) for size in study.sizes
+                                  for reward in study.rewards for alloc in study.allocations
+                                  for seed in extra]
+    for cell in cells:
+        for budget in study.evaluated_rungs(cell):
+            folder = rung_dir(study.run_dir(cell), budget)
+            if not (folder / DONE).is_file():
+                continue  # not written yet, or half-written: its training job's to redo
+            try:
+                check_adapter_dir(folder, "rung snapshot")
+            except InputError as exc:
+                raise InputError(f"{exc}; delete that folder and rerun to have the cell's "
+                                 "training job write it again") from None

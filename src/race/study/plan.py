@@ -240,3 +240,85 @@ def format_study_hours(p: dict, rate: float | None, source: str) -> str:
     return (f"device-hours at {rate:.3g} model FLOP/s ({source}): pilot {hours['pilot']:.3g}, "
             f"full grid {hours['full_grid']:.3g}, validation <= "
             f"{hours['validation_at_most']:.3g}, total <= {hours['total_at_most']:.3g}")
+
+
+# --------------------------------------------------------------------------- the step limit
+
+#: The most optimizer steps one run may take to its top budget, by the planner's count (the
+#: fewest the budget buys: every completion at the cap), when the config sets no
+#: ``max_steps_per_run``. A budget past it is a typo (an exponent mistyped), not a plan: it
+#: is refused before compute, not run for months.
+MAX_STEPS_PER_RUN = 1_000_000
+
+
+@dataclass(frozen=True)
+class Overlong:
+    """A rung some run cannot reach within the step limit."""
+
+    index: int  # into the budgets (or the job's rungs)
+    budget: float
+    run: str  # which run: a cell's size/reward/alloc, or the job's run key
+    steps: int  # the fewest steps the budget buys in that run
+    limit: int
+
+    def message(self, key: str, override: str = "the config") -> str:
+        """The refusal, led by ``key`` (the config's ``budgets`` or the job's ``rungs``);
+        ``override`` says where ``max_steps_per_run`` is set."""
+        return (f"{key}[{self.index}]: {self.budget:.4g} model FLOPs takes at least "
+                f"{_count(self.steps)} steps in run {self.run} (race plan's worst case, every "
+                f"completion at the cap), past the limit of {_count(self.limit)} steps per run: "
+                f"a typo? If it is meant, raise max_steps_per_run in {override}")
+
+
+def _count(n: int) -> str:
+    return f"{n:,}" if n < 10**9 else f"{n:.3g}"
+
+
+def first_overlong(costs: dict[str, StepCost], budgets, limit: int | None) -> Overlong | None:
+    """The first rung at which a run (``costs``: its worst-case step, by run label) needs more
+    than ``limit`` steps (None: :data:`MAX_STEPS_PER_RUN`), with the run that needs the most
+    there (the cheapest step); None when every run fits."""
+    limit = limit or MAX_STEPS_PER_RUN
+    for i, budget in enumerate(budgets):
+        steps, run = max((steps_within(cost, budget)["steps"], run)
+                         for run, cost in costs.items())
+        if steps > limit:
+            return Overlong(i, float(budget), run, steps, limit)
+    return None
+
+
+def cell_step_cost(study: Study, size: str, alloc_name: str, reward_name: str,
+                   prompt_len: int) -> StepCost | None:
+    """The worst-case step of a cell (prompts of ``prompt_len`` tokens), or None when the
+    policy's architecture is not known offline."""
+    from race.data.tokenizer import VOCAB_SIZE
+
+    try:
+        arch = F.resolve_arch(size, vocab=VOCAB_SIZE if is_ladder(size) else None)
+    except (ValueError, FileNotFoundError, KeyError):
+        return None
+    return _allocation_step(arch, study.allocations[alloc_name], size,
+                            study.rewards[reward_name], prompt_len,
+                            study.training.gradient_checkpointing)
+
+
+def job_step_cost(job, prompt_len: int) -> StepCost | None:
+    """The worst-case step of a training job (race.core.jobs.TrainJob) with prompts of at
+    most ``prompt_len`` tokens, or None when its base policy's architecture cannot be read
+    (not built yet, or unknown offline)."""
+    try:
+        arch = F.resolve_arch(job.base)
+    except (ValueError, FileNotFoundError, KeyError):
+        return None
+    return _allocation_step(arch, job.alloc, job.base, job.reward, prompt_len,
+                            job.gradient_checkpointing)
+
+
+def _allocation_step(arch: F.Arch, alloc, policy: str, reward, prompt_len: int,
+                     grad_ckpt: bool) -> StepCost:
+    """:func:`step_cost` of an allocation and a reward spec (race.core.specs)."""
+    reads = reward_reads(policy, reward.model, "sequence" if reward.type == "orm" else "token")
+    return step_cost(arch, rows=alloc.rows, prompt_len=prompt_len,
+                     completion_len=alloc.max_completion_length, lora=alloc.lora,
+                     beta=alloc.beta, num_iterations=alloc.num_iterations, reward=reads,
+                     grad_ckpt=grad_ckpt)

@@ -24,7 +24,13 @@ from pathlib import Path
 
 from race.core import cells as C
 from race.core.atomic import write_json_atomic
-from race.core.outputs import CorruptOutputError, read_output
+from race.core.outputs import (
+    CORRUPT_SUFFIX,
+    METRICS,
+    CorruptOutputError,
+    metrics_problem,
+    read_output,
+)
 from race.core.study import Study
 from race.study import builders
 from race.tracking.eval_metrics import log_eval
@@ -40,19 +46,23 @@ def expected_evals(study: Study, cell: C.Cell) -> list[Path]:
 
 
 def _metrics_rows(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
+    """The rows of a finished run's ``metrics.jsonl``, one per step its ``train.json`` counts;
+    a cut or damaged file is an error naming it (mirrored as it is, MLflow would silently
+    lack the missing steps)."""
+    path = run_dir / METRICS
     if not path.exists():
         raise FileNotFoundError(f"missing run output: {path}")
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise CorruptOutputError(f"{path}:{i} is damaged; it is written by the train (race "
-                                     "train) job: delete the run's DONE and rerun") from None
-    return rows
+    steps = read_output(run_dir / "train.json").get("steps")
+    if not isinstance(steps, int):
+        raise CorruptOutputError(f"{run_dir / 'train.json'} holds no step count; it is written "
+                                 "by the train (race train) job")
+    problem = metrics_problem(path, list(range(1, steps + 1)))
+    if problem is not None:
+        raise CorruptOutputError(
+            f"{path}: {problem}; it is written by the train (race train) job: rerun the "
+            f"workflow (it sets the file aside as {METRICS}{CORRUPT_SUFFIX} and the train job "
+            "rebuilds it from its checkpoint)")
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def _digest(paths: list[Path]) -> str:
