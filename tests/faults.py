@@ -83,3 +83,14 @@ def kill_switch(folder: Path, run: Path, rungs: int, steps: int) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p),
             "RACE_KILL_RUN": str(run), "RACE_KILL_RUNGS": str(rungs),
             "RACE_KILL_STEPS": str(steps)}
+
+
+#: Two ways to cut a finished 3-step run's metrics.jsonl, each with what the check says of it:
+#: at a line boundary (the rows parse, one is missing) and mid-line (the last row is damaged).
+METRICS_CUTS = {
+    "line-boundary": (lambda text: text[:text.rindex("{")],
+                      "cut short or damaged: 2 rows (last step 2) for the 3 steps the run "
+                      "recorded"),
+    "mid-line": (lambda text: text[:-8], "line 3 is damaged (not JSON)"),
+}
+

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from faults import METRICS_CUTS
 
 from race.core.cells import format_budget
 from race.core.cpu_kernels import cpu_vendor
@@ -103,11 +104,7 @@ def test_mirror_names_a_missing_evaluation(config):
         mirror_study(config, [])
 
 
-@pytest.mark.parametrize("keep, reason", [
-    (lambda text: text[:text.rindex("{")], "cut short or damaged: 2 rows (last step 2) for the 3 "
-                                           "steps the run recorded"),  # at a line boundary
-    (lambda text: text[:-5], "line 3 is damaged"),  # mid-line
-], ids=["line-boundary", "mid-line"])
+@pytest.mark.parametrize("keep, reason", METRICS_CUTS.values(), ids=METRICS_CUTS)
 def test_mirror_refuses_a_cut_metrics_file(config, keep, reason):
     """Mirrored as it is, a file cut at a line boundary would leave MLflow without its last
     steps, silently: the mirror checks it against train.json's step count and names it, before

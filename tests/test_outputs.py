@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from faults import METRICS_CUTS
 
 from race.core import atomic
 from race.core.atomic import NoSpaceError, make_temp_dir, saving_weights, write_json_atomic
@@ -90,11 +91,7 @@ def finished_run(root: Path, steps: int = 3) -> Path:
     return run
 
 
-@pytest.mark.parametrize("cut, reason", [
-    (lambda text: text[:text.rindex("{")], "cut short or damaged: 2 rows (last step 2) for the "
-                                           "3 steps the run recorded"),  # at a line boundary
-    (lambda text: text[:-8], "line 3 is damaged (not JSON)"),  # mid-line
-], ids=["line-boundary", "mid-line"])
+@pytest.mark.parametrize("cut, reason", METRICS_CUTS.values(), ids=METRICS_CUTS)
 def test_a_cut_metrics_file_of_a_finished_run_is_set_aside(tmp_path, cut, reason):
     """Checked against the run's own step count (train.json): a file cut at a line boundary
     parses but is short. Set aside with the run's DONE, so that the training job reruns and
