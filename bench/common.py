@@ -231,9 +231,9 @@ def vanilla(job: TrainJob, steps: int, device: str = "cpu") -> list[float]:
     from race.policy.ladder import load_policy
 
     tok = load_tokenizer(job.base)
-    dataset, _ = _dataset(job.train_data, tok)
+    dataset, max_prompt = _dataset(job.train_data, tok)
     timer = StepTimer()
-    args = grpo_config(job, steps, device)
+    args = grpo_config(job, steps, device, max_prompt)
     trainer = GRPOTrainer(model=load_policy(job.base, dtype=getattr(torch, job.dtype)),
                           reward_funcs=[RuleReward()], args=args, train_dataset=dataset,
                           processing_class=tok, callbacks=[timer.callback],
@@ -293,6 +293,23 @@ def paired(job: TrainJob, steps: int, rounds: int, device: str = "cpu",
             else:
                 race_times += race_run(race_job, steps)[skip:]
     return vanilla_times, race_times
+
+
+#: The GPU benches' policy: the Qwen2.5-0.5B architecture (random init).
+REFERENCE = "Qwen2.5-0.5B"
+
+
+def reference_policy(tok):
+    """The Qwen2.5-0.5B architecture with the task's character vocabulary, random init."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from race.flops import known_configs
+
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(known_configs.qwen2_config(
+        REFERENCE, vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
 
 
 def tiny_study(root: Path, build=None) -> tuple[Path, Path]:

@@ -217,8 +217,10 @@ def test_an_absurd_budget_is_a_typo_unless_the_config_says_so(tmp_path):
         == 1e30
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "configs/smoke.yaml", "configs/rehearsal.yaml",
-                                  "configs/qwen2.5.yaml", "configs/qwen2.5-1gpu.yaml"])
+# configs/rehearsal.yaml names the stand-ins `race stand-ins` writes (not in a fresh clone): the
+# rehearsal's own run (tests/test_rehearsal.py) passes this check when its workflow loads it.
+@pytest.mark.parametrize("name", ["config.yaml", "configs/smoke.yaml", "configs/qwen2.5.yaml",
+                                  "configs/qwen2.5-1gpu.yaml"])
 def test_the_shipped_studies_are_far_below_the_default_limit(name):
     study = load_study(ROOT / name)
     prompt = study.max_prompt_tokens()

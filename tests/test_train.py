@@ -556,13 +556,18 @@ def tiny_prm(tiny_base):
     dict(attn_implementation="eager", beta=0.04, num_iterations=1),
     dict(attn_implementation="sdpa", reward="prm"),
     dict(attn_implementation="eager", reward="rule+prm", num_iterations=1),
-], ids=["mu2-eager", "beta-ckpt-mu2-sdpa", "beta-eager", "prm-mu2-sdpa", "rule+prm-eager"])
+    dict(attn_implementation="sdpa", rollout_engine="merged"),
+    dict(attn_implementation="eager", rollout_engine="static", num_iterations=1),
+    dict(attn_implementation="sdpa", rollout_engine="static", beta=0.04),
+], ids=["mu2-eager", "beta-ckpt-mu2-sdpa", "beta-eager", "prm-mu2-sdpa", "rule+prm-eager",
+        "merged-mu2-sdpa", "static-eager", "static-beta-mu2-sdpa"])
 def test_meter_matches_flop_counter(tiny_base, tiny_prm, tmp_path, monkeypatch, case):
     """Every step's executed FLOPs, phase by phase, equal what torch counts around the same
     phases (race.flops.counter.count_flops: every SDPA kernel, and the in-place addmm_ of TRL's
     log-prob head backward) -- exactly, for batch reuse, a reference forward, gradient
-    checkpointing and a PRM reward. The model FLOPs of every learning row are the analytic count
-    of its rows' real tokens, the head at their completion positions."""
+    checkpointing, a PRM reward and each rollout engine (race.grpo.rollout: the merge's own
+    matmuls, a static cache's full-length attention). The model FLOPs of every learning row are
+    the analytic count of its rows' real tokens, the head at their completion positions."""
     from race.flops import analytic as F
     from race.flops.counter import count_flops
     from race.grpo import run as train_mod

@@ -62,12 +62,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 import torch
 
-from bench.common import ALLOC, flop_configs, paired, phases, race_run, tiny_study
+from bench.common import (
+    ALLOC,
+    REFERENCE,
+    flop_configs,
+    paired,
+    phases,
+    race_run,
+    reference_policy,
+    tiny_study,
+)
 from race.core.jobs import TrainJob
 from race.core.specs import Allocation, RewardSpec
 from race.flops import known_configs
 
-REFERENCE = "Qwen2.5-0.5B"
 warnings.filterwarnings("ignore")  # library warnings stay out of the report
 
 
@@ -85,16 +93,6 @@ def stack_line() -> str:
 
     names = ("transformers", "trl", "peft", "accelerate", "datasets", "huggingface_hub")
     return "stack: " + ", ".join(f"{n} {importlib.import_module(n).__version__}" for n in names)
-
-
-def reference_policy(tok):
-    """The Qwen2.5-0.5B architecture with the task's character vocabulary, random init."""
-    from transformers import Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(known_configs.qwen2_config(
-        REFERENCE, vocab_size=len(tok), pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
 
 
 def tiny_prm(root: Path, base: Path) -> Path:

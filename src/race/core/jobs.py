@@ -58,6 +58,7 @@ class TrainJob:
     gradient_checkpointing: bool = _training("gradient_checkpointing")
     dtype: str = _training("dtype")
     micro_batch_rows: int | None = None  # None: one micro-batch
+    rollout_engine: str | None = None  # None: peft (race.grpo.rollout)
     device: str = default("device")
     results_dir: str = default("results_dir")
     tags: dict = field(default_factory=dict)
@@ -159,7 +160,7 @@ _SPECS = {EvalJob: EvalSpec, PretrainJob: PretrainSpec, PrmJob: PRMSpec}
 #: default): a job that pins no hub revision and cuts no micro-batches keeps the JSON, hence
 #: the Snakemake params (no rerun of an existing study) and the run fingerprint, it had
 #: before those fields existed.
-OMIT_EMPTY = ("revisions", "micro_batch_rows")
+OMIT_EMPTY = ("revisions", "micro_batch_rows", "rollout_engine")
 
 
 # --------------------------------------------------------------------------- JSON

@@ -34,6 +34,22 @@ PRM_AGGREGATES: tuple[str, ...] = tuple(properties("eval")["prm_aggregate"]["enu
 DEVICES: tuple[str, ...] = tuple(schema()["properties"]["device"]["enum"])
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = tuple(
     properties("training")["attn_implementation"]["enum"])
+#: How a policy generates its rollouts (race.grpo.rollout); unset: the first, peft.
+ROLLOUT_ENGINES: tuple[str, ...] = tuple(
+    e for e in properties("training")["rollout_engine"]["enum"] if e is not None)
+
+
+def rollout_engine(name: str | None) -> str:
+    """The engine ``training.rollout_engine`` names (None: ``peft``)."""
+    engine = name or ROLLOUT_ENGINES[0]
+    if engine not in ROLLOUT_ENGINES:
+        raise ValueError(f"rollout_engine must be one of {ROLLOUT_ENGINES}, got {name!r}")
+    return engine
+
+
+def merges(engine: str | None) -> bool:
+    """Whether the engine generates from merged weights (every engine but peft)."""
+    return rollout_engine(engine) != "peft"
 
 
 def _check_against_schema(spec, *sections: str) -> None:
@@ -242,6 +258,7 @@ class TrainingSpec(_Section):
     gradient_checkpointing: bool = _train("gradient_checkpointing")
     dtype: str = _train("dtype")
     micro_batch_rows: int | None = None  # None (unset): the step's rows at once
+    rollout_engine: str | None = None  # None (unset): peft (race.grpo.rollout)
 
     def __post_init__(self):
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))

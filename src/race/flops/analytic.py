@@ -21,7 +21,9 @@ says otherwise (the ``batch_*`` helpers sum over rows). Conventions:
   SDPA forward): every new position attends to all keys of its block. ``attention="sdpa"`` is
   torch's fused SDPA kernel as torch's FLOP formulas count it: full block forward, and a
   backward of five block matmuls (recomputed scores, dP, dV, dQ, dK) whenever any of Q, K, V
-  needs a gradient. Recomputation (gradient checkpointing) is included. Executed >= model.
+  needs a gradient. Recomputation (gradient checkpointing) is included. Executed >= model, but
+  for a rollout from merged weights (race.grpo.rollout), which skips the adapter matmuls that
+  model FLOPs charge and pays :func:`lora_merge_flops` instead.
 
 Backward follows autograd: a gradient is computed only for a tensor that depends on a
 trainable weight, so with LoRA nothing below the lowest adapter is differentiated.
@@ -427,7 +429,8 @@ def train_flops(arch: Arch, n_tokens: int, *, logits: int | None = None,
 
 def generate_flops(arch: Arch, prompt_len: int, new_tokens: int, *, lora: LoraSpec | None = None,
                    executed: bool = False, padded_prompt_len: int | None = None,
-                   decode_steps: int | None = None, attention: str = "full") -> int:
+                   decode_steps: int | None = None, attention: str = "full",
+                   cache_len: int | None = None, prefill_keys: int | None = None) -> int:
     """KV-cached ``model.generate`` of ``new_tokens`` tokens after a prompt, one sequence.
 
     As transformers 5.24 does it (measured): one prefill forward over the prompt whose LM head
@@ -440,7 +443,11 @@ def generate_flops(arch: Arch, prompt_len: int, new_tokens: int, *, lora: LoraSp
     with the full block (``attention`` "full" or "sdpa": equal for a forward), and
     ``decode_steps`` decode forwards (default ``new_tokens - 1``): a batch keeps computing every
     row, finished or not, until its longest completion stops, so pass the batch's number of
-    decode forwards (generated width - 1). Decodes attend to the padded context.
+    decode forwards (generated width - 1). Decodes attend to the padded context. ``cache_len``
+    (executed only): a static KV cache of that many positions, which every decode's attention
+    reads whole, written or not (the mask hides the rest); the prefill's queries attend to
+    ``prefill_keys`` keys (default ``cache_len``; transformers' SDPA path cuts them to the prompt
+    when no row of the batch is padded).
     """
     prompt_len = _check_count("prompt_len", prompt_len)
     new_tokens = _check_count("new_tokens", new_tokens)
@@ -458,6 +465,14 @@ def generate_flops(arch: Arch, prompt_len: int, new_tokens: int, *, lora: LoraSp
         prompt, steps, mode = prompt_len, new_tokens - 1, "causal"
     if prompt < 1:
         raise ValueError("generation needs a prompt of at least one token")
+    if executed and cache_len is not None:
+        if cache_len < prompt + steps:
+            raise ValueError(f"cache_len ({cache_len}) < the positions generated "
+                             f"({prompt + steps})")
+        keys = cache_len if prefill_keys is None else prefill_keys
+        prefill = forward_flops(arch, prompt, past=keys - prompt, logits=1, lora=lora,
+                                attention="full")
+        return prefill + steps * forward_flops(arch, 1, past=cache_len - 1, logits=1, lora=lora)
     prefill = forward_flops(arch, prompt, logits=1, lora=lora, attention=mode)
     return prefill + _decodes_flops(arch, prompt, steps, lora)
 
@@ -601,13 +616,16 @@ def batch_train_flops(arch: Arch, lengths: Sequence[int],
 def batch_generate_flops(arch: Arch, prompt_lens: Sequence[int], new_tokens: Sequence[int], *,
                          executed: bool = False, padded_prompt_len: int | None = None,
                          generated_width: int | None = None,
-                         lora: LoraSpec | None = None) -> int:
+                         lora: LoraSpec | None = None, cache_len: int | None = None,
+                         prefill_keys: int | None = None) -> int:
     """``model.generate`` over a left-padded batch of prompts.
 
     ``new_tokens``: real completion length per row (EOS included). Model: each row's own prompt
     and completion. Executed: every row runs the prefill over ``padded_prompt_len`` (default the
     longest prompt) and ``generated_width - 1`` decodes, where ``generated_width`` (default the
-    longest completion) is the batch's number of generated columns.
+    longest completion) is the batch's number of generated columns; with a static KV cache of
+    ``cache_len`` positions every decode attends to all of them, the prefill to
+    ``prefill_keys`` (:func:`generate_flops`).
     """
     if len(prompt_lens) != len(new_tokens):
         raise ValueError(f"{len(prompt_lens)} prompts but {len(new_tokens)} completion lengths")
@@ -622,7 +640,15 @@ def batch_generate_flops(arch: Arch, prompt_lens: Sequence[int], new_tokens: Seq
         return 0
     return len(prompt_lens) * generate_flops(
         arch, width, gen, lora=lora, executed=True, padded_prompt_len=width,
-        decode_steps=gen - 1)
+        decode_steps=gen - 1, cache_len=cache_len, prefill_keys=prefill_keys)
+
+
+def lora_merge_flops(arch: Arch, lora: LoraSpec) -> int:
+    """Merging the adapters into a copy of the weights they adapt: ``B·A`` for every adapted
+    module of every layer, ``2·r·d_in·d_out`` each (the scaling and the add are elementwise,
+    not counted)."""
+    proj = arch.projections()
+    return arch.layers * sum(2 * lora.rank * proj[t][0] * proj[t][1] for t in lora.targets)
 
 
 def batch_reward_flops(arch: Arch, lengths: Sequence[int], *, head: str = "token",

@@ -7,9 +7,12 @@ What one optimizer step charges (one step = one generation batch slice; this pro
 ``gradient_accumulation_steps = steps_per_generation = 1``, so each step sees the whole batch):
 
 rollout   a generation step only: ``model.generate`` of every completion by the policy with its
-          (unmerged) adapters -- one prefill over the prompt, logits at the last position, then
-          one cached decode per further token. Reuse steps (``num_iterations > 1``) generate
-          nothing and charge no rollout.
+          adapters -- one prefill over the prompt, logits at the last position, then one cached
+          decode per further token. Model FLOPs price it through the unmerged adapters whatever
+          the rollout engine (race.grpo.rollout), so a budget buys the same steps under every
+          engine; executed FLOPs follow the engine: a merged one runs no LoRA matmuls but merges
+          once per generation, a static KV cache attends to all its positions. Reuse steps
+          (``num_iterations > 1``) generate nothing and charge no rollout.
 learning  every step: policy forward + backward over prompt + completion; gradient-checkpoint
           recompute when it is on. A generation step also charges the reference forward when
           ``beta > 0`` (adapter disabled: no LoRA cost, no backward) and the old-policy
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from race.core.specs import LoraSpec
+from race.core.specs import LoraSpec, merges
 from race.flops import analytic as flops
 from race.flops.analytic import Arch
 
@@ -54,18 +57,21 @@ class BatchShapes:
     completion_lens: tuple[int, ...]  # real completion tokens per row (EOS included)
     padded_prompt_len: int
     completion_width: int  # generated columns of the batch (its longest completion)
+    cache_len: int | None = None  # positions of the static KV cache it ran with (None: dynamic)
 
     @property
     def rows(self) -> int:
         return len(self.prompt_lens)
 
     @classmethod
-    def from_masks(cls, prompt_mask, completion_mask) -> BatchShapes:
+    def from_masks(cls, prompt_mask, completion_mask, cache_len: int | None = None
+                   ) -> BatchShapes:
         return cls(
             prompt_lens=tuple(int(x) for x in prompt_mask.sum(dim=1).tolist()),
             completion_lens=tuple(int(x) for x in completion_mask.sum(dim=1).tolist()),
             padded_prompt_len=int(prompt_mask.shape[1]),
             completion_width=int(completion_mask.shape[1]),
+            cache_len=cache_len,
         )
 
     @classmethod
@@ -87,9 +93,12 @@ class StepMeter:
 
     def __init__(self, arch: Arch, lora: LoraSpec | None, *, beta: float, num_iterations: int,
                  grad_ckpt: bool = False, attn_implementation: str = "sdpa",
-                 head_all_positions: bool = True):
+                 head_all_positions: bool = True, rollout_engine: str = "peft"):
         self.arch = arch
         self.lora = lora
+        # Generating from merged weights (race.grpo.rollout): no LoRA matmuls while decoding,
+        # one merge per generation.
+        self.merged = merges(rollout_engine) and lora is not None
         self.beta = beta
         self.num_iterations = num_iterations
         self.grad_ckpt = grad_ckpt
@@ -106,8 +115,21 @@ class StepMeter:
         executed = flops.batch_generate_flops(
             self.arch, b.prompt_lens, b.completion_lens, executed=True,
             padded_prompt_len=b.padded_prompt_len, generated_width=b.completion_width,
-            lora=self.lora)
+            lora=None if self.merged else self.lora, cache_len=b.cache_len,
+            prefill_keys=self._static_prefill_keys(b))
+        if self.merged:
+            executed += flops.lora_merge_flops(self.arch, self.lora)
         return PhaseFlops(model, executed, sum(b.completion_lens))
+
+    def _static_prefill_keys(self, b: BatchShapes) -> int | None:
+        """Keys of a static-cache prefill: the whole cache, but for SDPA on a batch without
+        padding, where transformers drops the mask for ``is_causal`` and cuts the keys to the
+        prompt (``integrations.sdpa_attention``)."""
+        if b.cache_len is None:
+            return None
+        unpadded = all(p == b.padded_prompt_len for p in b.prompt_lens)
+        return b.padded_prompt_len if self.executed_attention == "sdpa" and unpadded \
+            else b.cache_len
 
     # ------------------------------------------------------------------ learning
     def _executed_logits(self, g: int, width: int) -> int:

@@ -34,11 +34,12 @@ ADAPTER_FILE = "adapter_model.safetensors"
 RUNG_STATE = "rung_state.json"
 #: TrainJob fields that do not change the trajectory: its run options (where it logs live, how
 #: often it checkpoints), where it is written and how it is named; the rungs only decide where
-#: to snapshot, and a change of rungs is handled apart; the device only where it computes and
-#: the micro-batch only how the learning step's rows are cut: a run resumed on another device
-#: or micro-batch goes on, its numbers differing by rounding)
+#: to snapshot, and a change of rungs is handled apart; the device only where it computes, the
+#: micro-batch only how the learning step's rows are cut and the rollout engine only how its
+#: completions are generated: a run resumed with another of these goes on, its numbers
+#: differing by rounding)
 NOT_TRAJECTORY = (*RUN_OPTIONS["train"], "run_dir", "results_dir", "run_key", "study", "tags",
-                  "rungs", "device", "micro_batch_rows")
+                  "rungs", "device", "micro_batch_rows", "rollout_engine")
 #: Keys of the job's reward entry that do not change the trajectory either: where its feedback
 #: model computes and how many completions one scoring forward takes (rounding at most).
 REWARD_NOT_TRAJECTORY = ("device", "batch_size")

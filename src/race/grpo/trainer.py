@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from race.core.atomic import saving_weights
+from race.core.specs import merges, rollout_engine
 from race.flops.meter import BatchShapes
 from race.grpo.adapter_card import canonical_adapter_config
 from race.grpo.resume import drop_older_checkpoints
+from race.grpo.rollout import merged_weights, static_cache_len
 
 
 @dataclass
@@ -65,9 +67,15 @@ def metered_trainer_class():
         """Records, per step, the shapes TRL ran and the wall time of each phase into
         ``recorder``."""
 
-        def __init__(self, *args, recorder: PhaseRecorder, **kwargs):
+        def __init__(self, *args, recorder: PhaseRecorder, rollout_engine: str = "peft",
+                     **kwargs):
             self.recorder = recorder
+            self.rollout_engine = rollout_engine
             super().__init__(*args, **kwargs)
+            if rollout_engine == "static" and self.accelerator.device.type == "cuda":
+                # TRL builds its generation config with disable_compile=True; a static cache
+                # is what lets generate compile its decode forward once.
+                self.generation_config.disable_compile = False
 
         def _clock(self) -> float:
             """Seconds, once the GPU's queued work is done: CUDA kernels run asynchronously,
@@ -82,6 +90,20 @@ def metered_trainer_class():
                 return super()._generate(*args, **kwargs)
             finally:
                 self.recorder.current.rollout_s += self._clock() - t0
+
+        def _generate_single_turn(self, *args, **kwargs):
+            # The one place TRL calls generate: the engine's weights for its duration.
+            if not merges(self.rollout_engine):
+                return super()._generate_single_turn(*args, **kwargs)
+            with merged_weights(self.model):
+                return super()._generate_single_turn(*args, **kwargs)
+
+        def _static_cache_len(self) -> int | None:
+            """Positions of the static KV cache the last generate ran with (transformers keeps
+            the largest it has built on the model), None under a dynamic cache."""
+            if self.rollout_engine != "static":
+                return None
+            return getattr(self.model.get_base_model(), "_previous_max_cache_length", None)
 
         def _calculate_rewards(self, *args, **kwargs):
             t0 = self._clock()
@@ -102,7 +124,8 @@ def metered_trainer_class():
         def _generate_and_score_completions(self, inputs):
             out = super()._generate_and_score_completions(inputs)
             self.recorder.generated(BatchShapes.from_masks(out["prompt_mask"],
-                                                           out["completion_mask"]))
+                                                           out["completion_mask"],
+                                                           self._static_cache_len()))
             return out
 
         def training_step(self, *args, **kwargs):
@@ -167,15 +190,19 @@ def micro_batches(rows: int, micro_batch_rows: int | None) -> int:
     return next(n for n in range(-(-rows // micro_batch_rows), rows + 1) if rows % n == 0)
 
 
-def grpo_config(job, max_steps: int, device: str = "cpu"):
+def grpo_config(job, max_steps: int, device: str = "cpu", max_prompt_len: int | None = None):
     """The TRL config of a :class:`race.core.jobs.TrainJob`: one generation batch per
     optimizer step, its rows cut into :func:`micro_batches` whose gradients accumulate into
     that step, LR constant after ``warmup_steps``, weights in ``job.dtype`` (bf16 autocast
     when bfloat16), on ``device`` (resolved: ``cpu`` or ``cuda``; the trainer moves the policy
-    there)."""
+    there); under the ``static`` rollout engine, a KV cache sized once for the job's longest
+    prompt (``max_prompt_len`` tokens)."""
     from trl import GRPOConfig
 
     a = job.alloc
+    static = rollout_engine(job.rollout_engine) == "static"
+    if static and max_prompt_len is None:
+        raise ValueError("the static rollout engine sizes its cache from max_prompt_len")
     save_every = max(a.num_iterations, job.save_every // a.num_iterations * a.num_iterations)
     chunks = micro_batches(a.rows, job.micro_batch_rows)
     return GRPOConfig(
@@ -189,6 +216,11 @@ def grpo_config(job, max_steps: int, device: str = "cpu"):
         num_iterations=a.num_iterations,
         max_completion_length=a.max_completion_length,
         temperature=a.temperature,
+        cache_implementation="static" if static else None,
+        # One cache size for the whole run: generate would otherwise grow it with the longest
+        # batch so far (and recompile on CUDA each time it grows).
+        generation_kwargs={"max_cache_len": static_cache_len(
+            max_prompt_len, a.max_completion_length)} if static else None,
         top_k=0,
         top_p=1.0,
         beta=a.beta,

@@ -57,6 +57,7 @@ def train_job(study: Study, cell: Cell) -> TrainJob:
         gradient_checkpointing=t.gradient_checkpointing,
         dtype=t.dtype,
         micro_batch_rows=t.micro_batch_rows,
+        rollout_engine=t.rollout_engine,
         device=study.device,
         results_dir=str(study.results),
         tags={"size": cell.size, "reward": cell.reward, "alloc": cell.alloc,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from race.core.specs import merges
 from race.flops import analytic as F
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -115,8 +116,9 @@ def decode_bytes(arch: F.Arch, b: int, rows: int, prompt: int) -> int:
 
 def train_memory(arch: F.Arch, *, rows: int, micro_rows: int | None, prompt_len: int,
                  completion_len: int, lora: F.LoraSpec, dtype: str, grad_ckpt: bool,
-                 feedback: Feedback | None = None) -> MemoryEstimate:
-    """A GRPO + LoRA training job's peak (module docstring)."""
+                 feedback: Feedback | None = None, merged: bool = False) -> MemoryEstimate:
+    """A GRPO + LoRA training job's peak (module docstring); ``merged``: rollouts from merged
+    weights (race.grpo.rollout), a second copy of every adapted projection while generating."""
     b = BYTES[dtype]
     tokens = prompt_len + completion_len
     resident = {"policy_weights": arch.params() * b,
@@ -130,6 +132,12 @@ def train_memory(arch: F.Arch, *, rows: int, micro_rows: int | None, prompt_len:
     phases = {
         "rollout": {"kv_cache": kv_cache_bytes(arch, b, rows, tokens),
                     "decode": decode_bytes(arch, b, rows, prompt_len)},
+    }
+    if merged:
+        proj = arch.projections()
+        phases["rollout"]["merged_weights"] = arch.layers * b * sum(
+            proj[t][0] * proj[t][1] for t in lora.targets)
+    phases |= {
         "learning": {"activations": kept, "logprob_head": head_bytes(arch, b, m * tokens)},
     }
     if feedback is not None:
@@ -212,7 +220,7 @@ def train_job_memory(job, max_prompt_tokens: int, arch: F.Arch | None = None) ->
     return train_memory(arch, rows=a.rows, micro_rows=job.micro_batch_rows,
                         prompt_len=max_prompt_tokens, completion_len=a.max_completion_length,
                         lora=a.lora, dtype=job.dtype, grad_ckpt=job.gradient_checkpointing,
-                        feedback=feedback)
+                        feedback=feedback, merged=merges(job.rollout_engine))
 
 
 def eval_job_memory(job, max_prompt_tokens: int, arch: F.Arch | None = None) -> MemoryEstimate:
