@@ -65,7 +65,7 @@ localrules:
 onstart:
     if workflow.executor_plugin.cli_prefix == "slurm":
         for line in check_cluster(STUDY, workflow.executor_settings):
-            print(f"RACE: {line}")
+            print(f"RACE: {line}", flush=True)
 
 
 rule all:
