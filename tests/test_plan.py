@@ -137,6 +137,12 @@ def test_race_plan_text_names_its_assumptions(capsys):
     assert "time at an ASSUMED 2.967e+14 model FLOP/s (not a measurement)" in out
 
 
+@pytest.mark.parametrize("budget", ["-5", "0", "nan"])
+def test_a_budget_that_buys_nothing_is_refused(capsys, budget):
+    assert main(["plan", "nano", "--budget", budget]) == 2
+    assert "--budget must be a positive number of model FLOPs" in capsys.readouterr().err
+
+
 def test_study_stage_totals(capsys):
     config = load_study(ROOT / "configs" / "smoke.yaml")
     planned = study_plan(config)

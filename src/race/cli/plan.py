@@ -156,6 +156,9 @@ def _request(args) -> dict:
     req = _from_config(args) if args.config else _from_flags(args)
     if req["budget"] is None:
         raise ValueError("--budget is required (model FLOPs, e.g. 1e18)")
+    if not req["budget"] > 0:  # NaN too
+        raise ValueError(f"--budget must be a positive number of model FLOPs, got "
+                         f"{req['budget']:g}")
     if req["prompt_len"] < 1:
         raise ValueError(f"prompt-len must be >= 1, got {req['prompt_len']}")
     # The flags obey the rules of the config keys they stand for (the schema's).
