@@ -246,10 +246,12 @@ def test_a_stale_lock_and_a_pickle_rung_are_named_as_the_workflow_starts(tmp_pat
     assert all((run / f"budget~{b}" / "eval.json").read_text() == "{}" for b in ("4e9", "8e9"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def slurm_cluster():
     """The single-node SLURM cluster of tools/slurm-cluster.sh, brought up for this module
-    (and down after it, if it was not already running); else the reason it cannot be."""
+    (and down after it, if it was not already running); else the reason it cannot be. Up
+    before the module's first test: with the SLURM client installed but no controller, every
+    snakemake call waits ~10 s (its SLURM plugin asks `scontrol show config` as it loads)."""
     script = ["bash", str(ROOT / "tools" / "slurm-cluster.sh")]
     running = subprocess.run([*script, "status"], capture_output=True).returncode == 0
     up = subprocess.run([*script, "up"], capture_output=True, text=True, timeout=600)
