@@ -643,12 +643,17 @@ def batch_generate_flops(arch: Arch, prompt_lens: Sequence[int], new_tokens: Seq
         decode_steps=gen - 1, cache_len=cache_len, prefill_keys=prefill_keys)
 
 
+def adapted_weights(arch: Arch, lora: LoraSpec) -> int:
+    """Frozen weights the adapters adapt: ``d_in·d_out`` per adapted module per layer."""
+    proj = arch.projections()
+    return arch.layers * sum(proj[t][0] * proj[t][1] for t in lora.targets)
+
+
 def lora_merge_flops(arch: Arch, lora: LoraSpec) -> int:
     """Merging the adapters into a copy of the weights they adapt: ``B·A`` for every adapted
     module of every layer, ``2·r·d_in·d_out`` each (the scaling and the add are elementwise,
     not counted)."""
-    proj = arch.projections()
-    return arch.layers * sum(2 * lora.rank * proj[t][0] * proj[t][1] for t in lora.targets)
+    return 2 * lora.rank * adapted_weights(arch, lora)
 
 
 def batch_reward_flops(arch: Arch, lengths: Sequence[int], *, head: str = "token",

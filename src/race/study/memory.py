@@ -134,9 +134,7 @@ def train_memory(arch: F.Arch, *, rows: int, micro_rows: int | None, prompt_len:
                     "decode": decode_bytes(arch, b, rows, prompt_len)},
     }
     if merged:
-        proj = arch.projections()
-        phases["rollout"]["merged_weights"] = arch.layers * b * sum(
-            proj[t][0] * proj[t][1] for t in lora.targets)
+        phases["rollout"]["merged_weights"] = F.adapted_weights(arch, lora) * b
     phases |= {
         "learning": {"activations": kept, "logprob_head": head_bytes(arch, b, m * tokens)},
     }
