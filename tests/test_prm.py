@@ -602,7 +602,8 @@ TINY = {"n_prompts": 16, "samples_per_prompt": 2, "max_new_tokens": 20, "steps":
 
 def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path, umask_002):
     from race.cli import main
-    from race.core.jobs import PrmJob, to_json
+    from race.core.jobs import PrmJob, PrmSamplesJob, to_json
+    from race.feedback.prm_sampling import settings_of
     from race.feedback.prm_training import read_examples, train_prm
 
     out = tmp_path / "prm" / "size~nano"
@@ -644,12 +645,29 @@ def test_prm_training_smoke_cli_and_determinism(tiny_study, tmp_path, umask_002)
     # The trained PRM loads by ladder name and scores.
     prm = load_prm("nano", results_dir=str(tmp_path))
     assert len(prm.score([PROMPT], [GOOD])) == 1
-    again = train_prm("nano", [str(tiny_study / "base")], tiny_study / "data",
-                      tmp_path / "again", PRMSpec(**TINY))
-    for key in ("auc", "accuracy", "final_loss", "flops", "examples"):
+    # The study's way: the samples drawn once (race prm-samples), then read by the PRM job.
+    # The same samples give the same PRM, bit for bit; the sampling's FLOPs are counted in
+    # samples.json alone.
+    policies, spec = [str(tiny_study / "base")], PRMSpec(**TINY)
+    drawn = tmp_path / "samples"
+    samples_job = PrmSamplesJob(policies=policies, data_dir=str(tiny_study / "data"),
+                                out_dir=str(drawn), **settings_of(spec))
+    assert main(["prm-samples", "--job", to_json(samples_job)]) == 0
+    sampled = json.loads((drawn / "samples.json").read_text())
+    assert {k: sampled[k] for k in ("model_flops", "executed_flops", "tokens")} == record[
+        "flops"]["sampling"]
+    again = train_prm("nano", policies, tiny_study / "data", tmp_path / "again", spec,
+                      samples=drawn)
+    for key in ("auc", "accuracy", "final_loss", "examples"):
         assert again[key] == record[key] or (key == "auc" and record[key] is None)
+    assert again["flops"] == {"training": record["flops"]["training"]}
+    assert again["model_flops"] == training["model_flops"] and again["samples"] == str(drawn)
     assert ((out / "model.safetensors").read_bytes()
             == (tmp_path / "again" / "model.safetensors").read_bytes())
+    # Samples drawn with other settings are refused, naming the folder and the setting.
+    with pytest.raises(ValueError, match=r"samples .*drawn with settings"):
+        train_prm("nano", policies, tiny_study / "data", tmp_path / "other",
+                  PRMSpec(**{**TINY, "seed": 4}), samples=drawn)
 
 
 def test_prm_spec_from_config():

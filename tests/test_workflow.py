@@ -36,8 +36,8 @@ def workdir(tmp_path: Path) -> Path:
 
 
 #: The rules whose jobs SLURM runs (the others are the Snakefile's localrules).
-MODEL_RULES = ("base", "prm", "train", "train_validation", "evaluate", "evaluate_validation",
-               "evaluate_base")
+MODEL_RULES = ("base", "prm_samples", "prm", "train", "train_validation", "evaluate",
+               "evaluate_validation", "evaluate_base")
 
 
 def snakemake(cwd: Path, *args: str, check: bool = True,

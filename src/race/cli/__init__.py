@@ -8,8 +8,8 @@ parses arguments only and calls its stage:
     add_arguments(parser)     its flags
     run(args) -> int          the exit status
 
-Model verbs (pretrain, prm, train, evaluate) take a typed job: ``--job JSON`` from the workflow,
-or ``--config FILE --cell KEY`` from a human, built by the same function
+Model verbs (pretrain, prm-samples, prm, train, evaluate) take a typed job: ``--job JSON``
+from the workflow, or ``--config FILE --cell KEY`` from a human, built by the same function
 (:mod:`race.core.jobs`, built by :mod:`race.study.builders`).
 """
 
@@ -37,6 +37,7 @@ COMMANDS: dict[str, Command] = {
     "tokenizer": Command("race.cli.tokenizer", True),
     "stand-ins": Command("race.cli.stand_ins", True),
     "pretrain": Command("race.cli.pretrain", True),
+    "prm-samples": Command("race.cli.prm_samples", True),
     "prm": Command("race.cli.prm", True),
     "train": Command("race.cli.train", True),
     "evaluate": Command("race.cli.evaluate", True),

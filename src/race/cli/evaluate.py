@@ -3,7 +3,7 @@
 
     race evaluate --job JSON
     race evaluate --config config.yaml --cell size~nano/reward~rule/alloc~g8/seed~0
-    race evaluate --config config.yaml --cell size~nano/reward~rule/alloc~g8/seed~0 --budget 1.2e10
+    race evaluate --config config.yaml --cell size~nano/reward~rule/alloc~g8/seed~0 --budget 1.6e10
     race evaluate --config config.yaml --cell size~nano          (the base policy)
 """
 

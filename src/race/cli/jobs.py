@@ -38,8 +38,10 @@ def load_job(verb: str, args: argparse.Namespace):
         except (ValueError, TypeError) as exc:  # malformed JSON or a field of the wrong type
             raise ConfigError(f"--job: {exc}") from None
     else:
-        if not args.cell:
-            raise ConfigError("--cell is required with --config")
+        if (verb in jobs.CELL_FREE) != (args.cell is None):  # before any study is read
+            raise ConfigError(f"--cell: race {verb} takes " + (
+                "none (the job is the study's)" if verb in jobs.CELL_FREE
+                else "one (required with --config)"))
         from race.study.config import load_study
 
         # A ConfigError here names the bad key; race.cli.main prints it and exits 2.

@@ -145,9 +145,31 @@ class PrmJob:
     out_dir: str
     spec: PRMSpec = field(default_factory=PRMSpec)
     device: str = default("device")
+    samples: str = ""  # a race prm-samples folder to train on; "": sample the policies here
 
 
-JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": PrmJob}
+@dataclass
+class PrmSamplesJob:
+    """The base policies' samples every PRM of the ladder learns from, drawn once
+    (race.feedback.prm_sampling): the sampling keys of ``prm:``, nothing a PRM's training
+    reads, so changing how a PRM trains draws no new samples."""
+
+    policies: list[str]
+    data_dir: str
+    out_dir: str
+    n_prompts: int = default("prm", "n_prompts")
+    samples_per_prompt: int = default("prm", "samples_per_prompt")
+    temperature: float = default("prm", "temperature")
+    max_new_tokens: int = default("prm", "max_new_tokens")
+    sample_batch_size: int = default("prm", "sample_batch_size")
+    seed: int = default("prm", "seed")
+    device: str = default("device")
+
+
+JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": PrmJob,
+        "prm-samples": PrmSamplesJob}
+#: Verbs whose job is the study's alone: ``race <verb> --config FILE`` takes no ``--cell``.
+CELL_FREE = ("prm-samples",)
 #: Fields of a verb's job that say how it runs, not what it computes: where a training job logs
 #: live and how often it checkpoints. A Snakemake rule reruns its job when its params change,
 #: so the rules keep these out of the job JSON in their params (:func:`params_json`) and pass
@@ -160,7 +182,7 @@ _SPECS = {EvalJob: EvalSpec, PretrainJob: PretrainSpec, PrmJob: PRMSpec}
 #: default): a job that pins no hub revision and cuts no micro-batches keeps the JSON, hence
 #: the Snakemake params (no rerun of an existing study) and the run fingerprint, it had
 #: before those fields existed.
-OMIT_EMPTY = ("revisions", "micro_batch_rows", "rollout_engine")
+OMIT_EMPTY = ("revisions", "micro_batch_rows", "rollout_engine", "samples")
 
 
 # --------------------------------------------------------------------------- JSON

@@ -285,6 +285,10 @@ class Study:
         (a hub id or a local folder is never written into)."""
         return self.results / "base" / f"size~{slug(size)}" / "eval.json"
 
+    def prm_samples_dir(self) -> str:
+        """Where the base policies' samples every ladder PRM learns from are drawn, once."""
+        return str(self.results / "prm" / "samples")
+
     def prm_dir(self, prm: str) -> str:
         """Directory (or hub id) of a PRM: a ladder PRM is trained under results/prm."""
         return str(self.results / "prm" / f"size~{prm}") if is_ladder(prm) else prm

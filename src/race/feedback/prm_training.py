@@ -30,6 +30,7 @@ from race.feedback.prm_data import (
     step_errors,
     step_metrics,
 )
+from race.feedback.prm_sampling import draw_samples, read_samples
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops
 from race.policy.optim import LENGTH_GROUPS, collate, length_groups, optimizer_step
@@ -187,13 +188,15 @@ def _phase(p: PhaseFlops) -> dict:
 def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
               out_dir: str | Path, spec: PRMSpec | None = None,
               length_groups_per_batch: int = LENGTH_GROUPS, device: str = "cpu",
-              backbone: str | Path | None = None) -> dict:
+              backbone: str | Path | None = None, samples: str | Path | None = None) -> dict:
     """Train PRM ladder size ``size`` on step labels; returns the ``prm.json`` record
     (metrics that are undefined -- one class only among the held-out steps -- are None).
 
     1. the first ``n_prompts`` train-split prompts; each base policy in ``policies`` samples
        ``samples_per_prompt`` completions per prompt (``temperature``), so the PRM sees the
-       policies' real mistakes;
+       policies' real mistakes -- or, given ``samples`` (a ``race prm-samples`` folder drawn
+       with the same policies and settings), those completions, whose FLOPs that folder's
+       ``samples.json`` counts (:mod:`race.feedback.prm_sampling`);
     2. the step checker labels every line; repeats are dropped; synthetic reference
        solutions or corruptions are added only to bring the step positive rate near
        ``target_positive_rate`` (:func:`build_examples`);
@@ -212,10 +215,11 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
        without steps) and their number (``steps_by_error``).
 
     Output: ``model.safetensors`` + ``config.json`` + tokenizer (``save_pretrained``),
-    ``prm.json`` (metrics, the ``pre`` FLOPs of sampling and of training, model and executed,
-    tokens, wall seconds, the spec) and ``samples.jsonl`` (every example with its labels,
-    error families, source and split). Deterministic for a seed (and thread count) on one
-    device; sampling and training run on ``device`` (``cpu`` or ``cuda``).
+    ``prm.json`` (metrics, the ``pre`` FLOPs of training and, when it sampled itself, of
+    sampling, model and executed, tokens, wall seconds, the spec) and ``samples.jsonl``
+    (every example with its labels, error families, source and split). Deterministic for a
+    seed (and thread count) on one device; sampling and training run on ``device`` (``cpu``
+    or ``cuda``).
     """
     from race.data.task import load_jsonl, write_jsonl
     from race.policy.ladder import count_parameters
@@ -227,13 +231,17 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
         raise ValueError("race prm: needs at least one base policy directory")
     tokenizer = shared_tokenizer(policies)
     records = load_jsonl(Path(data_dir) / "train.jsonl")[: spec.n_prompts]
-    samples, sampling = sample_completions(
-        policies, [r.prompt for r in records], per_prompt=spec.samples_per_prompt,
-        max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, seed=spec.seed,
-        batch_size=spec.sample_batch_size, device=device)
-    examples = build_examples(records, samples, target=spec.target_positive_rate,
+    prompts = [r.prompt for r in records]
+    if samples:
+        completions, sampling = read_samples(samples, policies, spec, prompts), None
+    else:
+        completions, sampling = sample_completions(
+            policies, prompts, per_prompt=spec.samples_per_prompt,
+            max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, seed=spec.seed,
+            batch_size=spec.sample_batch_size, device=device)
+    examples = build_examples(records, completions, target=spec.target_positive_rate,
                               tolerance=spec.balance_tolerance, seed=spec.seed)
-    held = split_prompts([r.prompt for r in records], spec.heldout_frac, spec.seed)
+    held = split_prompts(prompts, spec.heldout_frac, spec.seed)
     train_ex = [e for e in examples if e.prompt not in held]
     test_ex = [e for e in examples if e.prompt in held]
     if not train_ex:
@@ -261,6 +269,7 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
          "split": "heldout" if e.prompt in held else "train"}
         for e in examples))
     training = fitted["training"]
+    phases = {"training": training} | ({"sampling": sampling} if sampling else {})
     params, non_embedding = count_parameters(model)
     record = {
         "phase": "pre",
@@ -276,10 +285,11 @@ def train_prm(size: str, policies: Sequence[str | Path], data_dir: str | Path,
         "sample_positive_rate": positive_rate([e for e in examples if e.source == "sample"]),
         "train_positive_rate": positive_rate(train_ex),
         "final_loss": fitted["final_loss"],
-        "model_flops": training.model + sampling.model,
-        "executed_flops": training.executed + sampling.executed,
-        "tokens": training.tokens + sampling.tokens,
-        "flops": {"training": _phase(training), "sampling": _phase(sampling)},
+        "samples": str(samples) if samples else None,
+        "model_flops": sum(p.model for p in phases.values()),
+        "executed_flops": sum(p.executed for p in phases.values()),
+        "tokens": sum(p.tokens for p in phases.values()),
+        "flops": {name: _phase(p) for name, p in phases.items()},
         "wall_s": round(time.perf_counter() - t0, 3),
         "spec": asdict(spec),
     }
@@ -309,4 +319,12 @@ def run_prm(job) -> dict:
     from race.policy.device import prepare_device
 
     return train_prm(job.size, job.policies, job.data_dir, job.out_dir, job.spec,
-                     device=prepare_device(job.device))
+                     device=prepare_device(job.device), samples=job.samples or None)
+
+
+def run_prm_samples(job) -> dict:
+    """``race prm-samples``: a :class:`race.core.jobs.PrmSamplesJob`."""
+    from race.policy.device import prepare_device
+
+    return draw_samples(job.policies, job.data_dir, job.out_dir, job,
+                        device=prepare_device(job.device))

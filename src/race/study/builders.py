@@ -4,6 +4,7 @@
 verb           job                  built by
 =============  ===================  ==========================================================
 ``pretrain``   :class:`PretrainJob`  :func:`pretrain_job` (study, ladder size)
+``prm-samples`` :class:`PrmSamplesJob` :func:`prm_samples_job` (study)
 ``prm``        :class:`PrmJob`       :func:`prm_job` (study, PRM ladder size)
 ``train``      :class:`TrainJob`     :func:`train_job` (study, cell)
 ``evaluate``   :class:`EvalJob`      :func:`eval_job` (study, cell[, budget]) and
@@ -21,9 +22,19 @@ import json
 
 from race.core.cells import Cell, format_budget, is_ladder, parse_key, rung_dir
 from race.core.errors import ConfigError
-from race.core.jobs import EvalJob, PretrainJob, PrmJob, Snapshot, TrainJob, as_dict
+from race.core.jobs import (
+    CELL_FREE,
+    EvalJob,
+    PretrainJob,
+    PrmJob,
+    PrmSamplesJob,
+    Snapshot,
+    TrainJob,
+    as_dict,
+)
 from race.core.specs import SEARCH_TARGETS
 from race.core.study import Study
+from race.feedback.prm_sampling import settings_of
 
 # --------------------------------------------------------------------------- builders
 
@@ -123,11 +134,21 @@ def pretrain_job(study: Study, size: str) -> PretrainJob:
                        device=study.device)
 
 
+def prm_samples_job(study: Study) -> PrmSamplesJob:
+    """The one sampling of the base policies that every PRM of the study learns from."""
+    return PrmSamplesJob(policies=_ladder_policies(study), data_dir=str(study.results / "data"),
+                         out_dir=study.prm_samples_dir(), **settings_of(study.prm),
+                         device=study.device)
+
+
 def prm_job(study: Study, size: str) -> PrmJob:
-    ladder = [s for s in study.sizes if is_ladder(s)]
-    return PrmJob(size=size, policies=[study.base_dir(s) for s in ladder],
+    return PrmJob(size=size, policies=_ladder_policies(study),
                   data_dir=str(study.results / "data"), out_dir=study.prm_dir(size),
-                  spec=study.prm, device=study.device)
+                  spec=study.prm, device=study.device, samples=study.prm_samples_dir())
+
+
+def _ladder_policies(study: Study) -> list[str]:
+    return [study.base_dir(s) for s in study.sizes if is_ladder(s)]
 
 
 def _ladder_size(key: str, sizes: tuple[str, ...], what: str) -> str:
@@ -139,12 +160,15 @@ def _ladder_size(key: str, sizes: tuple[str, ...], what: str) -> str:
     return size
 
 
-def job_for_cell(verb: str, study: Study, key: str, budget: float | None = None):
+def job_for_cell(verb: str, study: Study, key: str | None, budget: float | None = None):
     """The job of ``race <verb> --config FILE --cell KEY``: a grid or validation cell
     (``size~S/reward~R/alloc~A/seed~N``) for train and evaluate, a ladder size (``size~S``)
-    for pretrain, prm and a base policy's evaluation."""
+    for pretrain, prm and a base policy's evaluation, no cell for prm-samples (``key``
+    None)."""
     if budget is not None and verb != "evaluate":
         raise ConfigError(f"--budget applies to evaluate only, not {verb}")
+    if verb in CELL_FREE:
+        return prm_samples_job(study)
     if verb == "pretrain":
         return pretrain_job(study, _ladder_size(key, study.sizes, "size"))
     if verb == "prm":
