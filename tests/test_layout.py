@@ -3,7 +3,10 @@ read by some code, nothing that points outside the repository."""
 
 import ast
 import dataclasses
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -296,3 +299,31 @@ def test_the_schemas_enums_are_not_restated():
                 if values in enums:
                     restated.append(f"{name}:{node.lineno} {sorted(values)}")
     assert not restated, restated
+
+
+#: What a training job never needs at start-up: the analysis and tracking floors, the
+#: scheduler, MLflow (TRL imports it whenever installed unless told not to: race.grpo.trainer),
+#: plotting, vLLM.
+NOT_IN_A_TRAINING_JOB = ("mlflow", "matplotlib", "snakemake", "vllm", "race.analysis",
+                         "race.tracking", "race.study", "race.evaluation")
+
+
+def test_a_training_job_imports_only_what_it_uses():
+    """The modules ``race train`` reaches before its first step (its verb, the run, the
+    trainer class and TRL's config, the reward, the ladder), imported in a fresh process."""
+    code = ("import sys\n"
+            "import race.cli.train, race.grpo.run, race.feedback.rewards, race.policy.ladder\n"
+            "from race.grpo.trainer import metered_trainer_class\n"
+            "metered_trainer_class()\n"
+            "from trl import GRPOConfig\n"
+            "from peft import LoraConfig\n"
+            "from datasets import Dataset\n"
+            "print('\\n'.join(sys.modules))\n")
+    env = {k: v for k, v in os.environ.items() if k != "DISABLE_MLFLOW_INTEGRATION"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env)
+    loaded = set(out.stdout.split())
+    assert "trl" in loaded and "race.grpo.trainer" in loaded
+    unused = sorted(m for m in loaded if m.split(".")[0] in NOT_IN_A_TRAINING_JOB
+                    or ".".join(m.split(".")[:2]) in NOT_IN_A_TRAINING_JOB)
+    assert not unused, unused
