@@ -34,11 +34,11 @@ rehearsal: $(STAMP)
 figures: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) reports/report.md
 
-## ui: the MLflow UI over the study's tracking DB, bound to 127.0.0.1
+## ui: the MLflow UI over a study's tracking DB (UI_CONFIG: another study's config), on
+## 127.0.0.1 with one worker; open the URL it prints first: the experiment's runs table
+UI_CONFIG ?= config.yaml
 ui: $(STAMP)
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --host 127.0.0.1 --port 5000 \
-		--backend-store-uri sqlite:///results/mlflow/mlflow.db \
-		--default-artifact-root results/mlflow/artifacts
+	$(BIN)/race mlflow-ui --config $(UI_CONFIG)
 
 ## lint: ruff on the package, tests and benchmarks; snakemake --lint on the workflow
 lint: $(STAMP)

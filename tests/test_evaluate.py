@@ -457,7 +457,7 @@ def _write_random_prm(path: Path, tokenizer) -> Path:
     return path
 
 
-def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
+def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer, monkeypatch):
     pytest.importorskip("race.feedback.models")
     from mlflow.tracking import MlflowClient
 
@@ -491,8 +491,16 @@ def test_cli_with_adapter_prm_and_mlflow(root, tmp_path, tokenizer):
         history = client.get_metric_history(run_id, f"eval/{target}")
         assert [(m.step, m.value) for m in history] == [
             (7, pytest.approx(payload["targets"][target]["acc"]))]
-        lo = client.get_metric_history(run_id, f"eval/{target}_lo")
-        assert math.isclose(lo[0].value, payload["targets"][target]["lo"])
+    # The intervals are one table artifact, not eval/<target>_lo / _hi metrics.
+    assert not [k for k in client.get_run(run_id).data.metrics if k.endswith(("_lo", "_hi"))]
+    # (load_table searches the runs through MLflow's default store, whatever the client's)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", ml["tracking_uri"])
+    table = client.load_table(client.get_run(run_id).info.experiment_id, "eval_intervals.json",
+                              run_ids=[run_id])
+    assert sorted(table["target"]) == sorted(TARGETS) and set(table["step"]) == {7}
+    for row in table.itertuples():
+        assert math.isclose(row.lo, payload["targets"][row.target]["lo"])
+        assert math.isclose(row.hi, payload["targets"][row.target]["hi"])
 
 
 def test_snapshots_run_their_own_targets(root, tmp_path):

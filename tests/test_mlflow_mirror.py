@@ -47,8 +47,10 @@ def write_finished_run(config, cell, steps=3):
     for i, budget in enumerate(config.cell_rungs(cell), start=1):
         rung = run / f"budget~{format_budget(budget)}"
         rung.mkdir()
-        payload = {"rung": {"step": i}, "adapter": str(rung),
-                   "targets": {"in_pass1": {"acc": 0.25 * i, "lo": 0.1, "hi": 0.5}}}
+        payload = {"rung": {"step": i, "budget": budget, "train_model_flops": 100 * i},
+                   "adapter": str(rung),
+                   "targets": {"in_pass1": {"acc": 0.25 * i, "lo": 0.1, "hi": 0.5, "n": 400,
+                                            "interval": "wilson"}}}
         (rung / "eval.json").write_text(json.dumps(payload))
         (rung / "ledger.json").write_text(json.dumps({"step": i, "model_flops": 100 * i}))
     (run / "train.json").write_text(json.dumps({"model_flops": 100 * steps, "steps": steps}))
@@ -69,7 +71,8 @@ def test_mirror_logs_each_run_once_and_a_rerun_logs_nothing(config):
     run = write_finished_run(config, cell)
     first = mirror_study(config, [])
     assert first["runs"][cell.key]["steps_logged"] == 3
-    assert first["runs"][cell.key]["eval_values_logged"] == 3 * len(config.budgets)
+    # one point per rung: eval/in_pass1 (its interval is in a table artifact, not a metric)
+    assert first["runs"][cell.key]["eval_values_logged"] == len(config.budgets)
     assert history(config, run, "flops/total") == [(1, 100), (2, 200), (3, 300)]
     evals = [(i, 0.25 * i) for i in range(1, len(config.budgets) + 1)]
     assert history(config, run, "eval/in_pass1") == evals
@@ -161,7 +164,7 @@ def test_a_crash_between_two_batches_loses_nothing_and_doubles_nothing(config, m
     monkeypatch.setattr(MlflowClient, "log_batch", real)
     again = mirror_study(config, [])["runs"][cell.key]
     got = points(config)
-    assert len(got) == len(set(got)) == 2 * 700 + 3 * len(config.budgets) + STUDY_POINTS
+    assert len(got) == len(set(got)) == 2 * 700 + len(config.budgets) + STUDY_POINTS
     assert again["steps_logged"] > 0
     assert history(config, run, "train/reward_mean")[-1] == (700, pytest.approx(70.0))
 
@@ -186,7 +189,7 @@ def test_two_mirrors_at_once_log_one_run_and_each_point_once(config, tmp_path):
     procs = [start_mirror(config, tmp_path, f"logged{i}.json") for i in range(2)]
     assert [p.wait(timeout=300) for p in procs] == [0, 0]
     got = points(config)
-    assert len(got) == len(set(got)) == len(cells) * (2 * 200 + 3 * len(config.budgets)) + (
+    assert len(got) == len(set(got)) == len(cells) * (2 * 200 + len(config.budgets)) + (
         STUDY_POINTS)
     assert all(len(active_runs(config, c)) == 1 for c in cells)
 
@@ -232,7 +235,7 @@ def test_a_changed_evaluation_replaces_the_run(config):
     assert len(got) == len(set(got))
 
 
-def test_the_runs_view_a_researcher_opens(config, tmp_path):
+def test_the_runs_view_a_researcher_opens(config, tmp_path, monkeypatch):
     """Read back through the client: cell runs nested under the finished study run, the
     params a researcher filters on, grouped metric names at the training clock, the runs'
     real start and end, rung files and reports as artifacts."""
@@ -255,6 +258,9 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
     client = MlflowClient(tracking_uri=config.mlflow.tracking_uri)
     exp = client.get_experiment_by_name(config.name)
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # the runs view
+    # its description says how to plot against compute and where the intervals are
+    assert "`flops/total`" in exp.tags["mlflow.note.content"]
+    assert "eval_intervals.json" in exp.tags["mlflow.note.content"]
     study = client.get_run(summary["study_run_id"])
     assert study.info.status == "FINISHED"
     assert study.data.metrics["study/cells"] == 1 and study.data.metrics["study/model_flops"] == 300
@@ -269,6 +275,9 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
 
     cell_run = client.get_run(summary["runs"][cell.key]["run_id"])
     assert cell_run.data.tags["mlflow.parentRunId"] == study.info.run_id
+    # a name the runs table shows whole; the cell's key stays the run_key tag
+    assert (cell_run.info.run_name, cell_run.data.tags["run_key"]) == ("nano rule base s0",
+                                                                       cell.key)
     params = cell_run.data.params
     arch = resolve_arch(base)
     assert (params["size"], params["reward"], params["alloc"]) == (cell.size, cell.reward,
@@ -281,6 +290,15 @@ def test_the_runs_view_a_researcher_opens(config, tmp_path):
     assert [(m.step, m.timestamp) for m in points] == [(s, int((T0 + s) * 1000))
                                                        for s in (1, 2, 3)]
     assert "train/reward_mean" in cell_run.data.metrics
+    # one chart per evaluation target; its interval is a row of the run's table artifact
+    assert sorted(k for k in cell_run.data.metrics if k.startswith("eval/")) == ["eval/in_pass1"]
+    # (load_table searches the runs through MLflow's default store, whatever the client's)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", config.mlflow.tracking_uri)
+    table = client.load_table(exp.experiment_id, "eval_intervals.json",
+                              run_ids=[cell_run.info.run_id])
+    assert table.values.tolist() == [
+        [budget, 100 * i, i, "in_pass1", 0.25 * i, 0.1, 0.5, 400, "wilson"]
+        for i, budget in enumerate(config.budgets, start=1)]
     assert (cell_run.info.start_time, cell_run.info.end_time) == (int((T0 + 1) * 1000),
                                                                   int((T0 + 3) * 1000))
     rung = f"budget~{format_budget(config.budgets[0])}"
@@ -377,3 +395,112 @@ def test_an_experiment_in_mlflows_trash_is_named(config):
     client.delete_experiment(client.get_experiment_by_name(config.name).experiment_id)
     with pytest.raises(ValueError, match=f"mlflow.experiment '{config.name}' .* trash"):
         mirror_study(config, [])
+
+
+# --------------------------------------------------------------------------- what the UI shows
+
+
+@pytest.mark.parametrize("key, name", [
+    ("size~mini/reward~rule/alloc~g8/seed~0", "mini rule g8 s0"),
+    ("size~Qwen--Qwen2.5-0.5B/reward~rule+prm/alloc~search/seed~1",
+     "Qwen2.5-0.5B rule+prm search s1"),  # a hub id by its name after the org
+    ("size~results-rehearsal--hub--Qwen2.5-tiny/reward~rule/alloc~base/seed~0",
+     "Qwen2.5-tiny rule base s0"),  # a local path by its last folder
+    ("size~nano/reward~rule", "size~nano/reward~rule"),  # not a cell key: itself
+    ("key", "key"),
+])
+def test_run_names_are_short(key, name):
+    from race.tracking.mlflow_runs import run_name
+
+    assert run_name(key) == name
+
+
+def test_run_names_are_distinct_across_grid_and_validation_runs():
+    from race.tracking.mlflow_runs import run_name
+
+    study = S.load_study(str(ROOT / "configs" / "smoke.yaml"))
+    selected = [{"size": c.size, "reward": c.reward, "alloc": c.alloc}
+                for c in study.grid_cells()]  # every config validated: the most runs
+    cells = study.grid_cells() + study.validation_cells(selected)
+    assert len(study.validation_cells(selected)) > 0
+    names = [run_name(c.key) for c in cells]
+    assert len(set(names)) == len(cells)
+    assert all(len(run_name(c.key)) < len(c.key) / 1.5 for c in cells)
+
+
+def test_a_run_an_older_version_mirrored_is_renamed_and_loses_its_interval_metrics(
+        config, monkeypatch):
+    """Runs named by their key and holding ``eval/<target>_lo`` / ``_hi`` (before
+    MIRROR_FORMAT 2): the next mirror renames the run and re-creates it from the files."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    from race.tracking import mirror
+
+    cell = config.grid_cells()[0]
+    run = write_finished_run(config, cell)
+    monkeypatch.setattr(mirror, "MIRROR_FORMAT", "race-mlflow/1")
+    old = mirror_study(config, [])["runs"][cell.key]["run_id"]
+    client = MlflowClient(tracking_uri=config.mlflow.tracking_uri)
+    client.update_run(old, name=cell.key)
+    client.log_batch(old, metrics=[Metric("eval/in_pass1_lo", 0.1, 0, 1)])
+    monkeypatch.undo()
+
+    new = mirror_study(config, [])["runs"][cell.key]["run_id"]
+    assert new != old and [r.info.run_id for r in active_runs(config, cell)] == [new]
+    held = client.get_run(new)
+    assert held.info.run_name == "nano rule base s0"
+    assert "eval/in_pass1_lo" not in held.data.metrics
+    assert history(config, run, "eval/in_pass1") == [
+        (i, 0.25 * i) for i in range(1, len(config.budgets) + 1)]
+    got = points(config)
+    assert len(got) == len(set(got))
+    # renamed even where nothing else changed (the mirror skips an unchanged run)
+    client.update_run(new, name=cell.key)
+    assert mirror_study(config, [])["runs"][cell.key]["steps_logged"] == 0
+    assert client.get_run(new).info.run_name == "nano rule base s0"
+
+
+def test_make_ui_prints_the_runs_table_url(config, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from race.cli import main
+
+    write_finished_run(config, config.grid_cells()[0])
+    mirror_study(config, [])
+    path = Path(config.results) / "study.json"
+    path.write_text(json.dumps(dict(config.config)))
+    assert main(["mlflow-ui", "--config", str(path), "--print-url", "--port", "5077"]) == 0
+    experiment = MlflowClient(config.mlflow.tracking_uri).get_experiment_by_name(config.name)
+    # the model-training view's runs table, sorted by name (so listed flat, not folded under
+    # the study's run)
+    assert capsys.readouterr().out.strip() == (
+        f"http://127.0.0.1:5077/#/experiments/{experiment.experiment_id}/runs"
+        "?workflowType=machine_learning&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true")
+
+
+def test_the_ui_url_before_any_run_creates_no_store(config):
+    from race.tracking import ui
+
+    db = Path(config.mlflow.tracking_uri.removeprefix("sqlite:///"))
+    assert ui.experiment_id(config.mlflow) is None and not db.exists()
+    assert ui.runs_table_url(ui.ui_base(config.mlflow), None) == (
+        "http://127.0.0.1:5000/#/experiments")
+
+
+def test_the_ui_server_is_loopback_with_one_worker(config):
+    """The flags are the pinned MLflow's own: its CLI parses them (without starting)."""
+    import click
+    from mlflow.cli import cli
+
+    from race.tracking import ui
+
+    argv, env = ui.ui_command(config.mlflow, 5077)
+    assert argv[1:4] == ["-m", "mlflow", "ui"]
+    flags = dict(zip(argv[4::2], argv[5::2], strict=True))
+    assert flags["--host"] == "127.0.0.1" and flags["--workers"] == "1"
+    assert flags["--backend-store-uri"] == config.mlflow.tracking_uri
+    assert env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    ctx = cli.get_command(click.Context(cli), "ui").make_context("ui", argv[4:])
+    assert (ctx.params["host"], ctx.params["workers"], ctx.params["port"]) == (
+        "127.0.0.1", "1", 5077)

@@ -252,3 +252,24 @@ def test_race_train_refuses_a_job_past_the_limit_before_loading_a_model(tmp_path
     assert "in run size~nano/reward~rule/alloc~g8/seed~0" in err and "--run-options" in err
     assert len(err.splitlines()) == 1 and not (tmp_path / "run").exists()
     check_run_length(jobs.with_run_options("train", job, '{"max_steps_per_run": 1e22}'))
+
+
+def test_race_plan_gap_prompts_by_hand(capsys):
+    """``race plan --gap 0.05 --accuracy 0.4``: configs at 0.425 and 0.375, paired on the same
+    prompts, each prompt's variance p(1 - p): n = 2^2 * (0.425 * 0.575 + 0.375 * 0.625) /
+    0.05^2 = 4 * 0.47875 / 0.0025 = 766 at the expected z = 2."""
+    assert run_json(capsys, "--gap", "0.05", "--accuracy", "0.4")["prompts"] == 766
+    # 80% power adds z_0.8 = 0.8416 to the line: 2.8416^2 * 191.5 = 1546.3 -> 1547.
+    assert run_json(capsys, "--gap", "0.05", "--accuracy", "0.4", "--power", "0.8")[
+        "prompts"] == 1547
+    # Correlated per-prompt scores (shared prompts) need fewer.
+    assert run_json(capsys, "--gap", "0.05", "--accuracy", "0.4", "--correlation", "0.5")[
+        "prompts"] < 766
+    assert main(["plan", "--gap", "0.05", "--accuracy", "0.4"]) == 0
+    assert "needs 766 evaluation prompts per config" in capsys.readouterr().out
+    for argv, message in ((["--gap", "0.05"], "--gap needs --accuracy"),
+                          (["--accuracy", "0.4"], "--accuracy needs --gap"),
+                          (["--gap", "1.5", "--accuracy", "0.4"], "gap must be a fraction"),
+                          (["--gap", "0.2", "--accuracy", "0.95"], "must stay in [0, 1]")):
+        assert main(["plan", *argv]) == 2
+        assert message in capsys.readouterr().err

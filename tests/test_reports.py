@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -48,12 +49,9 @@ from race.analysis.frontier import (  # noqa: E402
 )
 from race.analysis.protocol import agreement, rank_pilot, select  # noqa: E402
 from race.analysis.regime_cells import UNDECIDED_LABEL, regime_cell  # noqa: E402
-from race.analysis.report import (  # noqa: E402
-    FIGURE_CAPTIONS,
-    analyse,
-    nested_savings,
-    render,
-)
+from race.analysis.report import analyse  # noqa: E402
+from race.analysis.report_data import nested_savings  # noqa: E402
+from race.analysis.report_markdown import FIGURE_CAPTIONS, render  # noqa: E402
 
 T = "in_pass1"
 
@@ -804,6 +802,102 @@ def test_cli_report_writes_everything(cli_report):
     assert len(runs) == len(pd.read_csv(cli_report / "runs.csv"))
 
 
+def test_findings_come_first_and_alone_in_summary_md(cli_report):
+    """summary.md holds the findings (one numbered sentence per question, each with numbers),
+    and report.md's first 40 lines hold the same ones, before any figure or table."""
+    out = cli_report / "reports"
+    summary = (out / "summary.md").read_text().splitlines()
+    assert summary[0] == "# RACE findings: cli-study"
+    sentences = [line for line in summary if line[:1].isdigit() and ". " in line[:4]]
+    assert [s.split(".")[0] for s in sentences] == [str(i) for i in range(1, 9)]
+    assert all(any(c.isdigit() for c in s.split(". ", 1)[1]) for s in sentences[:7])
+    lines = (out / "report.md").read_text().splitlines()
+    top = lines[:40]
+    assert top[2] == "## Findings"
+    for s in sentences:
+        assert s in top and top.index(s) < lines.index("## Figures"), s
+    text = "\n".join(sentences)
+    # The config has no race.targets: the headline is its first target.
+    assert f"on {TARGET_LABELS[T]}, the budget buys: " in text
+    for word in ("decided", "undecided", "points", "95% interval", "z = "):
+        assert word in text, word
+    assert "| reward \\ rung (FLOPs) |" in "\n".join(top)  # the winners' small table
+    power = pd.read_csv(out / "power.csv")
+    assert set(power["table"]) <= {"frontier", "regime"} and len(power)
+
+
+def test_report_page_fits_the_page_and_holds_every_file_it_links(cli_report, tmp_path):
+    """report/index.html, the page the Snakemake report shows: figures scale down to the page
+    and a wide table scrolls in its own box (the CSS), and every file it shows or links lies
+    in its folder at that relative path (the same bytes as under reports/), so that the folder,
+    packed whole by `snakemake --report report.zip`, keeps every link. In a real browser where
+    one is installed (headless Chromium): every figure loads and the page never scrolls
+    sideways."""
+    from race.analysis.report_pages import PAGE_DIR, PAGE_INDEX, local_links
+
+    out = cli_report / "reports"
+    folder = out / PAGE_DIR
+    page = (folder / PAGE_INDEX).read_text()
+    assert "img{max-width:100%;height:auto}" in page
+    assert "table{border-collapse:collapse;display:block;max-width:100%;overflow-x:auto}" in page
+    images = re.findall(r'<img src="([^"]+)"', page)
+    links = local_links(page)
+    assert images and set(images) <= set(links)
+    for name in figures.FIGURE_NAMES:  # each figure's PNG and SVG, shown or linked
+        assert {f"figures/{name}.png", f"figures/{name}.svg"} <= set(links), name
+    for link in links:
+        assert (folder / link).read_bytes() == (out / link).read_bytes(), link
+    assert {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} == {
+        PAGE_INDEX, *links}
+    seen = browser_layout(folder, tmp_path)
+    if seen is None:
+        pytest.skip("no headless Chromium to render the page")
+    assert seen["images"] == len(images) and seen["broken"] == [], seen
+    assert seen["page_width"] <= seen["window_width"], seen  # no sideways scroll
+    assert seen["overflowing"] == [], seen  # no image or table past the window's edge
+    assert seen["tables_scrolling"] >= 1, seen  # the wide ones scroll in their own box
+
+
+#: Rendered by browser_layout: what the page looks like once loaded, as JSON on <body>.
+LAYOUT_PROBE = """<script>addEventListener("load", () => {
+  const root = document.documentElement, width = root.clientWidth;
+  const boxes = [...document.querySelectorAll("img, table")];
+  document.body.dataset.layout = JSON.stringify({
+    window_width: width, page_width: root.scrollWidth, images: document.images.length,
+    broken: [...document.images].filter(i => !i.naturalWidth).map(i => i.getAttribute("src")),
+    overflowing: boxes.filter(b => b.getBoundingClientRect().right > width + 0.5)
+      .map(b => b.tagName + " " + (b.getAttribute("src") || "")),
+    tables_scrolling: [...document.querySelectorAll("table")]
+      .filter(t => t.scrollWidth > t.clientWidth).length});
+});</script>"""
+
+
+def browser_layout(folder: Path, tmp_path: Path, width: int = 1000) -> dict | None:
+    """The page ``folder/index.html`` as headless Chromium lays it out in a ``width``-pixel
+    window (LAYOUT_PROBE, run on a copy beside the page's files); None without Chromium."""
+    import html
+    import shutil
+    import subprocess
+
+    browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                   "google-chrome", "google-chrome-stable"))),
+                   None)
+    if browser is None:
+        return None
+    copy = shutil.copytree(folder, tmp_path / "page")
+    probe = copy / "probe.html"
+    probe.write_text((copy / "index.html").read_text().replace("</body>",
+                                                               LAYOUT_PROBE + "</body>"))
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                           f"--user-data-dir={tmp_path / 'profile'}",
+                           f"--window-size={width},800", "--virtual-time-budget=10000",
+                           "--dump-dom", probe.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    found = re.search(r'data-layout="([^"]*)"', proc.stdout)
+    assert found, proc.stderr[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
 def test_single_column_files_have_their_size_on_disk(cli_report, report):
     """A PNG is the figure's size at PANEL_DPI: 3.4 in -> 680 pixels wide at 200 dpi."""
     from PIL import Image
@@ -893,7 +987,7 @@ def test_cli_select(study, tmp_path):
 
 def test_seed_spread_caveat_measures_training_noise():
     """Configs run on two seeds give the spread a one-seed gap must beat; none: not measured."""
-    from race.analysis.report import seed_spread, seed_spread_text
+    from race.analysis.report_markdown import seed_spread, seed_spread_text
 
     def acc(size, reward, alloc, seed, budget, target):
         return 0.5 + (0.02 if alloc == "base" else 0.05) * seed  # 2 and 5 points apart

@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -232,12 +233,12 @@ def test_the_run_records_its_device_peak_and_utilisation(reference_run):
     assert any(r["mfu_rollout"] is None for r in rows) and any(r["mfu_rollout"] for r in rows)
 
 
-def start_training(job: TrainJob, env: dict | None = None) -> subprocess.Popen:
-    code = ("import sys, torch; torch.set_num_threads(1); from race.grpo.run import run_training;"
-            " from race.core.jobs import TrainJob, from_json;"
-            " run_training(from_json(TrainJob, sys.argv[1]))")
-    return subprocess.Popen([sys.executable, "-c", code, to_json(job)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start_training(job: TrainJob, log: Path, env: dict | None = None) -> subprocess.Popen:
+    """``race train --job`` in a process of its own, its stdout and stderr into ``log`` (as
+    the workflow's train rule runs it)."""
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "race.cli", "train", "--job", to_json(job)],
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def delete_declared_outputs(run_dir: Path, rungs) -> None:
@@ -255,8 +256,15 @@ def test_resume_after_sigkill_equals_uninterrupted(tiny_base, reference_run, tmp
     run_dir, _ = reference_run
     killed = tmp_path / "cell"
     job = make_job(tiny_base, killed, [B1, B2])
-    proc = start_training(job, kill_switch(tmp_path / "kill", killed, rungs=1, steps=2))
+    log = tmp_path / "train.log"
+    proc = start_training(job, log, kill_switch(tmp_path / "kill", killed, rungs=1, steps=2))
     assert proc.wait(timeout=240) == -signal.SIGKILL
+    # The job's log opens with the job itself, and holds no third-party deprecation warning
+    # (race.policy.ladder.quiet_checkpointing_renames: PEFT's and TRL's use of transformers'
+    # renamed checkpointing API).
+    text = log.read_text()
+    assert text.startswith(f"race train: job {to_json(job)}\n"), text[:300]
+    assert "FutureWarning" not in text and "DeprecationWarning" not in text, text
     step, rungs = checkpoint(killed)
     assert rungs == 1 and steps_done(killed) > step  # killed past a checkpoint after B1
     assert rung_complete(killed, B1) and not (killed / "DONE").exists()
@@ -614,7 +622,13 @@ def test_meter_matches_flop_counter(tiny_base, tiny_prm, tmp_path, monkeypatch, 
     monkeypatch.setattr(train_mod, "metered_trainer_class", counting_class)
     job = make_job(tiny_base, tmp_path / "cell", [B1], alloc=alloc, reward=reward,
                    results_dir=str(tiny_base), **case)
-    run_training(job)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_training(job)
+    # No deprecation warning from what TRL and PEFT call (with gradient checkpointing: TRL
+    # toggles it around generation by transformers' deprecated names; see
+    # race.policy.ladder.quiet_checkpointing_renames).
+    assert not [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
     rows = Ledger.load(tmp_path / "cell" / "ledger.json").rows
     ledger = [{r.phase: r.executed_flops for r in rows if r.step == step}
               for step in range(1, len(measured) + 1)]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import posixpath
 import re
 import shutil
 import sqlite3
@@ -17,7 +18,7 @@ from dry_run import job_counts
 from faults import checkpoint, kill_switch, steps_done
 
 from race.analysis.columns import TIMING_COLUMNS
-from race.analysis.report import FIGURE_CAPTIONS
+from race.analysis.report_markdown import FIGURE_CAPTIONS
 from race.cli import invocation
 from race.core.cells import format_budget
 
@@ -364,6 +365,9 @@ def test_smoke_study_end_to_end(smoke_study):
     assert len(figures) == 6
     # Progress inside the jobs: a line per training step, and pretraining's progress.
     train_log = (wd / "logs" / "runs" / f"{KILLED}.log").read_text()
+    # The job's JSON opens its log, and the console shows no shell command (profiles/default).
+    assert train_log.startswith("race train: job {")
+    assert "race train --job" not in smoke_study["log"]
     assert re.search(r"race train: step 1 \| [0-9.e+]+ / [0-9.e+]+ model FLOPs", train_log)
     assert "race pretrain: " in (wd / "logs" / "base" / "size~nano.log").read_text()
 
@@ -406,12 +410,37 @@ def test_smoke_study_end_to_end(smoke_study):
     snakemake(wd, "--report", "report.zip", "--configfile", "configs/smoke.yaml")
     with zipfile.ZipFile(wd / "report.zip") as z:
         names = z.namelist()
+        pages = {n: z.read(n).decode() for n in names if n.endswith(".html")}
         text = "".join(z.read(n).decode(errors="ignore") for n in names
                        if n.endswith((".html", ".js")))
-    for name in ("report.html", "frontier.csv", "regime.csv", *figures):
+    for name in ("report.html", "index.html", "frontier.csv", "regime.csv", *figures):
         assert any(n.endswith(f"/{name}") for n in names), name
     for caption in FIGURE_CAPTIONS.values():  # each figure's own (capitalised) caption
         assert caption[1:25] in text, caption
+    # Every file the report's pages show or link is in the archive, where the link leads: the
+    # report page's figures and their SVG and single-column files, and each entry of
+    # Snakemake's own page (its results' data/raw/... paths).
+    shown = zip_links(names, pages)
+    for name in figures:
+        assert any(n.endswith(f"/index.html -> figures/{name}") for n in shown), name
+
+
+def zip_links(names: list[str], pages: dict[str, str]) -> list[str]:
+    """Every local link of the archive's HTML ``pages`` (member -> text), as ``page -> link``,
+    after checking that each resolves to a member of the archive (``names``). Snakemake's own
+    page names its results in a JSON table (``"data_uri": "data/raw/<id>/<file>"``)."""
+    from race.analysis.report_pages import local_links
+
+    members, shown = set(names), []
+    for page, html in pages.items():
+        folder = posixpath.dirname(page)
+        links = local_links(html) + re.findall(r'"data_uri": "(data/raw/[^"]+)"', html)
+        for link in links:
+            target = posixpath.normpath(posixpath.join(folder, link))
+            assert target in members, f"{page} links {link}: not in the archive"
+            shown.append(f"{page} -> {link}")
+    assert shown
+    return shown
 
 
 def mlflow_eval_points(db) -> dict[str, tuple[int, int]]:

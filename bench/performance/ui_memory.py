@@ -1,9 +1,10 @@
-"""Memory of the MLflow UI server (`make ui`), with and without MLflow's job execution.
+"""Memory of the MLflow UI server as `make ui` starts it, beside MLflow's default.
 
 Starts ``mlflow ui`` on the study's tracking DB twice, side by side in one run: as `make ui`
-starts it (``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false``) and with MLflow's default. Once the
-server answers, sums the resident memory (RSS, and PSS where the kernel reports it) of the
-server's whole process tree, then stops it. Prints one line per setting and their ratio.
+starts it (``race.tracking.ui.ui_command``: one worker, job execution off) and with MLflow's
+defaults (its workers, job execution on). Once the server answers, sums the resident memory
+(RSS, and PSS where the kernel reports it) of the server's whole process tree, then stops it.
+Prints one line per setting and their ratio.
 
     python bench/performance/ui_memory.py [--db results/mlflow/mlflow.db] [--port 5077]
 """
@@ -53,12 +54,21 @@ def memory_kib(pids: list[int]) -> tuple[int, int]:
     return rss, pss
 
 
-def measure(db: Path, port: int, job_execution: bool, settle_s: float) -> tuple[int, int, int]:
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION=str(job_execution).lower())
-    mlflow = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen([str(mlflow), "ui", "--host", "127.0.0.1", "--port", str(port),
-                             "--backend-store-uri", f"sqlite:///{db}"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+def command(db: Path, port: int, as_make_ui: bool) -> tuple[list[str], dict[str, str]]:
+    """``make ui``'s server command on ``db``, or MLflow's default one."""
+    from race.core.specs import MlflowSpec
+    from race.tracking.ui import ui_command
+
+    if as_make_ui:
+        return ui_command(MlflowSpec(experiment="", tracking_uri=f"sqlite:///{db}"), port)
+    argv = [sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(port),
+            "--backend-store-uri", f"sqlite:///{db}"]
+    return argv, dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="true")
+
+
+def measure(db: Path, port: int, as_make_ui: bool, settle_s: float) -> tuple[int, int, int]:
+    argv, env = command(db, port, as_make_ui)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
         deadline = time.time() + 120
@@ -86,12 +96,12 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=15.0, help="seconds after the first answer")
     args = ap.parse_args()
     results = {}
-    for job_execution in (False, True):
-        rss, pss, n = measure(Path(args.db).resolve(), args.port, job_execution, args.settle)
-        results[job_execution] = pss or rss
-        label = "make ui (job execution off)" if not job_execution else "MLflow default"
+    for as_make_ui in (True, False):
+        rss, pss, n = measure(Path(args.db).resolve(), args.port, as_make_ui, args.settle)
+        results[as_make_ui] = pss or rss
+        label = "make ui (1 worker, no jobs)" if as_make_ui else "MLflow default"
         print(f"{label:30s} processes {n:3d}  RSS {rss / 2**20:.2f} GiB  PSS {pss / 2**20:.2f} GiB")
-    print(f"make ui uses {results[False] / results[True]:.2f}x the default's memory (PSS)")
+    print(f"make ui uses {results[True] / results[False]:.2f}x the default's memory (PSS)")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 
 rule base:
+    message:
+        "base policy {wildcards.size}: pretrain"
     conda:
         "../../envs/race.yaml"
     input:

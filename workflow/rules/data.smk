@@ -2,6 +2,8 @@
 
 
 rule data:
+    message:
+        "task splits"
     conda:
         "../../envs/race.yaml"
     output:
@@ -24,6 +26,8 @@ rule data:
 
 
 rule tokenizer:
+    message:
+        "tokenizer"
     conda:
         "../../envs/race.yaml"
     output:

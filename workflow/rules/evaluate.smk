@@ -5,6 +5,8 @@
 
 
 rule evaluate:
+    message:
+        "{wildcards.size} {wildcards.reward} {wildcards.alloc} s{wildcards.seed}: evaluate"
     conda:
         "../../envs/race.yaml"
     input:
@@ -51,6 +53,8 @@ use rule evaluate as evaluate_validation with:
 
 
 rule evaluate_base:
+    message:
+        "base policy {wildcards.size}: evaluate"
     conda:
         "../../envs/race.yaml"
     input:

@@ -3,6 +3,8 @@
 
 
 rule prm_samples:
+    message:
+        "base policies: sample once for the PRMs"
     conda:
         "../../envs/race.yaml"
     input:
@@ -30,6 +32,8 @@ rule prm_samples:
 
 
 rule prm:
+    message:
+        "PRM {wildcards.prm}: train"
     conda:
         "../../envs/race.yaml"
     input:

@@ -1,5 +1,6 @@
-# Frontier tables, figures and report.md (regenerate with `make figures`), and what
-# `snakemake --report` shows: report.html, the main tables, each figure with its caption.
+# Frontier tables, figures, report.md and summary.md (regenerate with `make figures`), and what
+# `snakemake --report report.zip` shows: the report page, the main tables, each figure with its
+# caption.
 
 FIGURES = ["frontier", "compute_breakdown", "same_flop", "regime_map", "race_agreement", "fits"]
 PER_TARGET = ["frontier", "regime_map", "race_agreement", "fits"]
@@ -13,7 +14,17 @@ rule report:
         prms=expand(in_results("prm/size~{prm}/prm.json"), prm=PRMS),
     output:
         report=in_reports("report.md"),
-        page=report(in_reports("report.html"), caption="../report/report.rst", category="Report"),
+        # The study's answer in sentences (the top of report.md alone: race.analysis.findings).
+        summary=in_reports("summary.md"),
+        # report.md as HTML with the files it shows and links (race.analysis.report_pages): a
+        # folder packed whole, so that the page's relative links resolve inside the zip of
+        # `snakemake --report report.zip` (a single-file report.html cannot hold a folder).
+        page=report(
+            directory(in_reports("report")),
+            htmlindex="index.html",
+            caption="../report/report.rst",
+            category="Report",
+        ),
         frontier=report(
             in_reports("frontier.csv"),
             caption="../report/frontier.rst",

@@ -3,6 +3,8 @@
 
 
 rule train:
+    message:
+        "{wildcards.size} {wildcards.reward} {wildcards.alloc} s{wildcards.seed}: train"
     conda:
         "../../envs/race.yaml"
     input:

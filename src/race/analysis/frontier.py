@@ -31,9 +31,9 @@ Conventions (shared by every report module):
   prompts, whose difficulty they share, so the evaluation noise of a gap is smaller (a paired
   comparison on the per-prompt outcomes, ``bench/study/study_gates.py``, finds it several times
   smaller). But a one-seed se holds no training-seed noise, which a paired z would ignore and
-  which the validation seeds measure (:func:`race.analysis.report.seed_spread`). The unpaired
-  se stands in for both: more than the evaluation noise alone, and an estimate of the training
-  noise only as far as the seed spread bears it out (docs/design.md compares them).
+  which the validation seeds measure (:func:`race.analysis.report_markdown.seed_spread`). The
+  unpaired se stands in for both: more than the evaluation noise alone, and an estimate of the
+  training noise only as far as the seed spread bears it out (docs/design.md compares them).
 - Decided: ``decided`` = True only when one winner leads *every* other candidate by a z of at
   least :data:`DECIDED_Z` (``gap_z``, against the runner-up, is the one shown; a candidate with
   a lower mean but a wide interval can be closer to the winner than the runner-up is). A tie,
@@ -65,6 +65,9 @@ TIE_ATOL = 1e-9
 #: confidence as every interval in the report. Below it, a rerun could plausibly swap the two,
 #: so the cell is reported (and drawn) as undecided rather than as a winner.
 DECIDED_Z = 2.0
+
+#: The target scored by each cell's own reward: a base policy has it under one reward only.
+NATIVE_TARGET = "native_reward"
 
 #: Which stage's copy of a duplicated row the pooled table keeps (lower wins).
 STAGE_PRIORITY = {"full": 0, "validation": 1, "pilot": 2}
@@ -411,6 +414,9 @@ def missing_cells(df: pd.DataFrame, targets: list[str] | None = None,
 
     Within each stage, every (size, reward, alloc) seen there is expected at every seed and every
     budget seen in that stage. ``reason`` is "no row" (``target`` = "all") or "NaN acc_<t>".
+    The base policy (budget 0) is evaluated once per size, its native reward under one reward
+    system (race.analysis.aggregate): the other systems' empty ``acc_native_reward`` there is
+    by design, not missing, as long as one system of that size has the value.
     (A validation grid holds only the selected configs: an unselected config is absent at every
     budget and is not "missing".) With ``search_only_at_top`` (``eval.search_at:
     base_and_top``) the search targets (race.core.specs.SEARCH_TARGETS) are not run between
@@ -438,6 +444,11 @@ def missing_cells(df: pd.DataFrame, targets: list[str] | None = None,
             nan = g[g[f"acc_{t}"].isna()]
             if search_only_at_top and t in SEARCH_TARGETS:
                 nan = nan[~nan["_not_run"]]
+            if t == NATIVE_TARGET:
+                # One base evaluation per size, its native reward under one reward system:
+                # the others' base rows are blank by design wherever that one has a value.
+                base = g[(g["budget"] == 0) & g[f"acc_{t}"].notna()]
+                nan = nan[~((nan["budget"] == 0) & nan["size"].isin(set(base["size"])))]
             for size, reward, alloc, seed, budget in nan[ROW_KEYS].itertuples(index=False,
                                                                                 name=None):
                 out.append((stage, size, reward, alloc, seed, budget, t, f"NaN acc_{t}"))

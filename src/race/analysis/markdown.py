@@ -1,5 +1,5 @@
 """The pieces of ``report.md``: number formats, Markdown tables, and the text that states the
-FLOP conventions (used by :func:`race.analysis.report.render`)."""
+FLOP conventions (used by :func:`race.analysis.report_markdown.render`)."""
 
 from __future__ import annotations
 
@@ -64,18 +64,21 @@ def target(t: str) -> str:
     return TARGET_LABELS.get(t, t)
 
 
-def frontier_md(frontier: pd.DataFrame) -> str:
+def frontier_md(frontier: pd.DataFrame, max_rows: int | None = MD_MAX_ROWS) -> str:
+    """The frontier table, its first ``max_rows`` rows (None: all of them)."""
     header = ["reward", "target", "budget (FLOPs)", "best size/alloc", "accuracy", "95% interval",
               "seeds", "runner-up", "gap (pts)", "gap z", "intervals overlap",
               f"decided (z ≥ {DECIDED_Z:g})"]
     rows = []
-    for r in frontier.head(MD_MAX_ROWS).itertuples(index=False):
+    shown = frontier if max_rows is None else frontier.head(max_rows)
+    for r in shown.itertuples(index=False):
         best = r.best + (" (tie)" if r.tie else "") if r.best else "no value"
         rows.append([r.reward, target(r.target), flops(r.budget), best, acc(r.acc),
                      interval(r.acc_lo, r.acc_hi), str(r.n_seeds), r.runner_up or "–",
                      pts(100 * r.gap if pd.notna(r.gap) else math.nan),
                      num(r.gap_z, ".2f"), yes(r.overlap), yes(r.decided)])
-    return md_table(rows, header) + truncated(len(frontier), "frontier.csv")
+    return md_table(rows, header) + (truncated(len(frontier), "frontier.csv")
+                                     if max_rows is not None else "")
 
 
 def regime_cell_md(r: object) -> str:
@@ -122,13 +125,13 @@ def regime_md(regime: pd.DataFrame, sizes: list[str], targets: list[str]) -> str
     decided, else "undecided (a vs b, z=…)" (:func:`regime_cell_md`)."""
     if regime.empty:
         return "No runs."
-    budgets = sorted(regime["budget"].unique())
     parts = []
     for reward in sorted(regime["reward"].unique()):
         for t in targets:
             sub = regime[(regime["reward"] == reward) & (regime["target"] == t)]
             if sub.empty:
                 continue
+            budgets = sorted(sub["budget"].unique())  # a rung the target never ran: no column
             cells = {(r.size, r.budget): regime_cell_md(r) for r in sub.itertuples(index=False)}
             rows = [[s] + [cells.get((s, b), "not run") for b in budgets] for s in sizes]
             parts.append(f"**{reward} reward · {target(t)}**\n\n"
@@ -149,15 +152,15 @@ def agreement_md(ag: Agreement | None, cost: PilotCost | None) -> str:
                  pts(r.regret_points),
                  r.full_best if isinstance(r.full_best, str) else (
                      "–" if r.n_common == 0 else "not run"),
-                 pts(r.regret_full_points)] for r in ag.table.itertuples(index=False)]
+                 pts(r.regret_full_points)] for r in ag.table.itertuples(index=False)
+                if r.n_common > 0]
         out = (md_table(rows, header) + "\n\nρ and top-1 are over the configs run in both grids; "
                "regret = 100 × (validation best − validation accuracy of the pilot's pick); "
                "regret vs full = 100 × (full grid's best − full grid's accuracy of RACE's final "
                "choice, the validation best), at the validation budget "
                f"{flops(ag.table['validation_budget'].iloc[0]) if len(ag.table) else '–'} "
-               "FLOPs. A row over 0 configs has no pilot ranking to score: the pilot measured "
-               "no value for that target (a search target runs only at the base and top "
-               "rungs).")
+               "FLOPs. A target the pilot measured no value for (a search target runs only at the "
+               "base and top rungs) has no pilot ranking to score and no row.")
     if cost is not None and not math.isnan(cost.full_grid_flops):
         est = (" (an estimate: the full grid was not run, so it is n_configs × validation "
                f"seeds × validation budget = {cost.n_configs} × {cost.n_validation_seeds} × "

@@ -46,6 +46,7 @@ COMMANDS: dict[str, Command] = {
     "report": Command("race.cli.report", False),
     "mlflow-init": Command("race.cli.mlflow_init", False),
     "mlflow-log": Command("race.cli.mlflow_log", False),
+    "mlflow-ui": Command("race.cli.mlflow_ui", False),
 }
 
 

@@ -27,7 +27,8 @@ def add_job_arguments(parser: argparse.ArgumentParser, cell_help: str,
 
 def load_job(verb: str, args: argparse.Namespace):
     """The typed job of ``race <verb>``: from ``--job``, or built from ``--config --cell``
-    by the workflow's own builder. Sets torch's threads to ``--threads``."""
+    by the workflow's own builder, printed as one JSON line (the job log's first line). Sets
+    torch's threads to ``--threads``."""
     from race.core import jobs
     from race.core.errors import ConfigError
     from race.study import builders
@@ -52,6 +53,9 @@ def load_job(verb: str, args: argparse.Namespace):
             job = jobs.with_run_options(verb, job, args.run_options)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"--run-options: {exc}") from None
+    # The whole job at the top of the job's log (the workflow sends stdout there): the console
+    # shows the rule and the cell, not this JSON (profiles/default prints no shell commands).
+    print(f"race {verb}: job {jobs.to_json(job)}", flush=True)
     import torch
 
     torch.set_num_threads(max(1, args.threads))

@@ -6,6 +6,7 @@
               [--mean-completion M] [--flops-per-second S] [--json]
     race plan --config CONFIG --size SIZE --alloc NAME [--reward NAME] [--budget B]
               [--prompt-len T] [--prm ARCH] [--mean-completion M] [--flops-per-second S]
+    race plan --gap D --accuracy P [--power Q] [--correlation RHO] [--json]
 
 SIZE is a ladder size (nano, micro, mini), a known architecture (``Qwen2.5-1.5B``, any case, or
 ``Qwen/Qwen2.5-1.5B``) or a model folder. With ``--config`` the rows (prompts x generations),
@@ -22,6 +23,13 @@ trainer's stop rule. The worst case (every completion at the cap: what the stop 
 the fewest steps) always; the typical case with ``--mean-completion M`` (every completion M
 tokens: an assumption); the time at ``--flops-per-second`` (an assumed sustained rate, not a
 measurement).
+
+``--gap D --accuracy P`` asks another question: how many evaluation prompts resolve a gap of D
+(a fraction: 0.05 is 5 points) between two configs around accuracy P, at the report's decision
+line z >= 2 (race.analysis.power: a paired comparison on the same prompts, the configs at
+P +/- D/2, each prompt's score variance p(1 - p), exact for greedy pass@1 and an upper bound for
+sampled pass@1; ``--correlation`` of the two configs' per-prompt scores, default 0, lowers it;
+``--power`` 0.5 by default: the prompts at which the expected z is 2).
 """
 
 from __future__ import annotations
@@ -74,6 +82,17 @@ def add_arguments(p) -> None:
                    help="ASSUMED sustained model FLOP/s, for the time (e.g. 0.3 * 989e12 = "
                         "2.967e14: 30%% of an H100's dense bf16 peak)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    g = p.add_argument_group("evaluation size (instead of a budget plan)")
+    g.add_argument("--gap", type=float, help="accuracy gap to resolve, a fraction (0.05 = 5 "
+                                             "points): prints the evaluation prompts needed")
+    g.add_argument("--accuracy", type=float, help="with --gap: the accuracy around which the "
+                                                  "two configs sit, a fraction")
+    g.add_argument("--power", type=float, default=None,
+                   help="with --gap: chance of reaching z >= 2 if the gap is real (default "
+                        "0.5: the expected z is 2)")
+    g.add_argument("--correlation", type=float, default=0.0,
+                   help="with --gap: correlation of the two configs' per-prompt scores on the "
+                        "shared prompts (default 0: an upper bound on the prompts)")
 
 
 def _size(spec: str) -> str:
@@ -191,7 +210,41 @@ def _header(req: dict, arch) -> str:
             "could overrun the budget")
 
 
+def run_gap(args) -> int:
+    """``race plan --gap D --accuracy P``: the evaluation prompts that resolve the gap."""
+    from race.analysis.frontier import DECIDED_Z
+    from race.analysis.power import POWER, prompts_for_gap
+
+    power = POWER if args.power is None else args.power
+    try:
+        if args.accuracy is None:
+            raise ValueError("--gap needs --accuracy (a fraction, e.g. 0.4)")
+        n = prompts_for_gap(args.gap, args.accuracy, power=power, rho=args.correlation)
+    except ValueError as exc:
+        print(f"race plan: error: {exc}", file=sys.stderr)
+        return 2
+    hi, lo = args.accuracy + args.gap / 2, args.accuracy - args.gap / 2
+    if args.json:
+        print(json.dumps({"gap": args.gap, "accuracy": args.accuracy, "z": DECIDED_Z,
+                          "power": power, "correlation": args.correlation,
+                          "prompts": int(n)}))
+        return 0
+    print(f"a gap of {100 * args.gap:.1f} points at accuracy {args.accuracy:.3f} ({hi:.3f} vs "
+          f"{lo:.3f}) needs {int(n):,} evaluation prompts per config, the same prompts for "
+          f"both, to reach z >= {DECIDED_Z:g} with power {power:g}\n"
+          f"paired difference of two proportions: n = ((z + z_power) * sigma_d / gap)^2, "
+          f"sigma_d^2 = p1(1 - p1) + p2(1 - p2) - 2 * rho * sqrt(p1(1 - p1) p2(1 - p2)), "
+          f"rho = {args.correlation:g} (race.analysis.power); each prompt's variance p(1 - p) "
+          "is exact for greedy pass@1 and an upper bound for sampled pass@1 (mean@k)")
+    return 0
+
+
 def run(args) -> int:
+    if args.gap is not None or args.accuracy is not None:
+        if args.gap is None:
+            print("race plan: error: --accuracy needs --gap", file=sys.stderr)
+            return 2
+        return run_gap(args)
     from race.core.errors import ConfigError
     from race.flops.analytic import resolve_arch
     from race.study.plan import format_plan, plan, reward_reads, step_cost

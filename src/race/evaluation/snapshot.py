@@ -58,6 +58,9 @@ def load_snapshot(policy: str | Path, adapter: str | Path | None = None, *, merg
     if adapter is not None:
         from peft import PeftModel
 
+        from race.policy.ladder import quiet_checkpointing_renames
+
+        quiet_checkpointing_renames()  # PEFT reads a deprecated transformers property
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=False)
         if merge:
             model = model.merge_and_unload()

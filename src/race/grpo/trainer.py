@@ -63,6 +63,12 @@ def metered_trainer_class():
     import torch
     from trl import GRPOTrainer
 
+    from race.policy.ladder import quiet_checkpointing_renames
+
+    # PEFT (wrapping the policy in its adapters) and TRL (around every generation) call
+    # transformers' deprecated checkpointing names: their FutureWarnings, and only those, off.
+    quiet_checkpointing_renames()
+
     class MeteredGRPOTrainer(GRPOTrainer):
         """Records, per step, the shapes TRL ran and the wall time of each phase into
         ``recorder``."""

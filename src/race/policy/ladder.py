@@ -25,6 +25,7 @@ A size entry that is not a ladder name is a hub id or a local path: it loads thr
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from race.core.ladder import LADDER_DIALS, config_dict, is_ladder_name, ladder_shape
@@ -87,6 +88,28 @@ def load_policy(spec: str | Path, attn_implementation: str = "sdpa", dtype=None,
         attn_implementation=attn_implementation,
         dtype=dtype,
         revision=revision_of(spec, revision) or "main",
+    )
+
+
+def quiet_checkpointing_renames() -> None:
+    """Silence, for this process, the FutureWarnings transformers 5.24 raises for its renamed
+    gradient-checkpointing API (``is_gradient_checkpointing``, ``gradient_checkpointing_enable``
+    / ``_disable`` -> ``*activation_checkpointing*``), and only those.
+
+    RACE itself uses the new names (GRPOConfig's ``activation_checkpointing``); the old ones
+    are read by PEFT 0.21 (``PeftModel.__init__`` reads ``is_gradient_checkpointing``, so
+    every adapter wrapped or loaded) and TRL 1.16 (its generation and reference-forward
+    context managers toggle checkpointing by the old names). Nothing a job can act on, yet
+    each process printed them (~100 lines over the smoke study's logs). Called where RACE
+    hands a model to those libraries (race.grpo.trainer, race.evaluation.snapshot); a
+    transformers warning with any other message, or any other library's, still shows.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`(is_gradient_checkpointing|gradient_checkpointing_enable|"
+                r"gradient_checkpointing_disable)` is deprecated and will be removed in v6",
+        category=FutureWarning,
+        module=r"transformers\.modeling_utils$",
     )
 
 

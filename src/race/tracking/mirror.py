@@ -3,7 +3,8 @@
 The run folders are the source of truth; MLflow is a window onto them. This job logs, per
 cell (grid and validation runs), the run's params and tags, every per-step metric of
 ``metrics.jsonl`` and the evaluation metrics of each evaluated rung (``eval/<target>``, at the
-rung's training step), then marks the run FINISHED. It also creates the study's parent run.
+rung's training step; their intervals as the table artifact ``eval_intervals.json``), then marks
+the run FINISHED. It also creates the study's parent run.
 
 Idempotent through :class:`race.tracking.mlflow_runs.RunLogger`: a run is found again by its id
 file or its ``run_key`` tag (never duplicated), and a (key, step) point already in MLflow is not
@@ -33,11 +34,15 @@ from race.core.outputs import (
 )
 from race.core.study import Study
 from race.study import builders
-from race.tracking.eval_metrics import log_eval
+from race.tracking.eval_metrics import log_eval, log_intervals
 from race.tracking.mlflow_runs import RunLogger, ensure_study_run
 from race.tracking.study_run import finish_study_run
 
 SYNC_FILE = "mlflow_synced.json"
+#: What a mirrored run holds, by version; part of each run's digest, so a new version mirrors
+#: every run once more instead of skipping it as unchanged (2: evaluation intervals as a table
+#: artifact, not ``eval/<target>_lo`` / ``_hi`` metrics; short run names)
+MIRROR_FORMAT = "race-mlflow/2"
 
 
 def expected_evals(study: Study, cell: C.Cell) -> list[Path]:
@@ -66,7 +71,8 @@ def _metrics_rows(run_dir: Path) -> list[dict]:
 
 
 def _digest(paths: list[Path]) -> str:
-    h = hashlib.sha256()
+    """The files' names and contents, under :data:`MIRROR_FORMAT`."""
+    h = hashlib.sha256(MIRROR_FORMAT.encode() + b"\0")
     for path in paths:
         h.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
@@ -80,7 +86,8 @@ def mirror_run(study: Study, cell: C.Cell, spec) -> dict:
     lets an unchanged, already mirrored run be skipped without asking the store per key. A
     point that the store holds with another value (the cell was retrained or re-evaluated
     after a config change) makes the mirror re-create the run from the files: the old run
-    goes to MLflow's trash, so every (key, step) keeps one value, the files' latest.
+    goes to MLflow's trash, so every (key, step) keeps one value, the files' latest. So does a
+    run holding a metric the files no longer produce (:meth:`RunLogger.stale_keys`).
     """
     job = builders.train_job(study, cell)
     run_dir = Path(job.run_dir)
@@ -111,11 +118,14 @@ def mirror_run(study: Study, cell: C.Cell, spec) -> dict:
                 logger.log_row(row)
             for payload in evals:
                 log_eval(logger, payload)
+            if logger.stale_keys():  # e.g. an older version's eval/<target>_lo
+                logger.replace_run()
             result = logger.flush()
             if not result["changed"]:
                 break
             logger.replace_run()  # the files changed since they were mirrored
         logger.log_artifacts({p.parent.name: [p.parent / "ledger.json", p] for p in eval_paths})
+        log_intervals(logger, evals)
         status = "FINISHED"
     finally:
         logger.finish(status, end_time=end)

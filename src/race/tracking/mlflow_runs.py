@@ -1,11 +1,11 @@
 """MLflow as the window onto a run folder (the files under results/ are the source of truth).
 
-One MLflow run per training cell, named by the cell's run key and tagged ``run_key`` and
-``study``. Its id is stored in the run folder (``mlflow_run_id``) so a resumed run continues
-the same MLflow run; a run trained afresh into the folder replaces it
-(:meth:`RunLogger.replace_run`: the old points belong to another trajectory). An id that the
-tracking store does not hold (the DB was deleted or replaced) or holds as deleted is stale:
-the run is then found again by its ``run_key`` tag,
+One MLflow run per training cell, tagged ``run_key`` (the full cell key) and ``study``, and
+named short enough to read in the runs table (:func:`run_name`: ``mini rule g8 s0``). Its id
+is stored in the run folder (``mlflow_run_id``) so a resumed run continues the same MLflow run;
+a run trained afresh into the folder replaces it (:meth:`RunLogger.replace_run`: the old points
+belong to another trajectory). An id that the tracking store does not hold (the DB was deleted
+or replaced) or holds as deleted is stale: the run is then found again by its ``run_key`` tag,
 or created, never duplicated.
 
 Exactly once per (run, key, step). Points are queued per key and sent by :meth:`RunLogger.flush`,
@@ -29,21 +29,41 @@ and sent once per checkpoint, so logging stays off the training step's critical 
 from __future__ import annotations
 
 import fcntl
+import json
 import math
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from race.core.atomic import write_json_atomic, write_text_atomic
+from race.core.cells import parse_key
 from race.core.specs import MlflowSpec
 
 RUN_ID_FILE = "mlflow_run_id"
 LOCK_FILE = ".mlflow.lock"
 DB_LOCK_FILE = ".mlflow-db.lock"  # another file than LOCK_FILE: callers may hold that one
 BATCH = 1000  # the most metrics one log_batch call takes
-#: the tag that makes MLflow's UI open an experiment in its runs (model training) view
+#: the tag that makes MLflow's UI open an experiment in its runs (model training) view; the UI
+#: reads it only while its GenAI / model-training toggle is off (race.tracking.ui's URL picks
+#: the view whatever the toggle says)
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+#: the experiment's description (MLflow's ``mlflow.note.content`` tag, shown above its runs)
+NOTE_TAG = "mlflow.note.content"
+EXPERIMENT_NOTE = """\
+One run per training cell, nested under the study's run (`study:<study>`). A run is named
+`<size> <reward> <alloc> s<seed>` (a hub model by its name after the org); its `run_key` tag holds
+the full cell key, `size~S/reward~R/alloc~A/seed~N`.
+
+**Model FLOPs as the x-axis.** `flops/total`, the training model FLOPs spent so far (rollout +
+learning + reward), is logged at every step: in the Chart view, *Configure charts* (gear) >
+*X-axis* > `flops/total` plots every metric against compute.
+
+**Evaluations.** `eval/<target>` is logged at the training step of each evaluated rung; its 95%
+interval is in the run's table artifact `eval_intervals.json` (a row per rung and target;
+MLflow's `load_table` reads every run's at once).
+"""
 #: metrics.jsonl fields that are not metrics: the step is MLflow's step, the time its timestamp
 ROW_KEYS = ("step", "time")
 _GROUPS = {"flops_": "flops/", "exec_flops_": "exec_flops/"}
@@ -71,6 +91,36 @@ def mlflow_key(name: str) -> str:
     return name
 
 
+def run_name(run_key: str) -> str:
+    """The display name of a cell's run: ``<size> <reward> <alloc> s<seed>``, e.g.
+    ``mini rule g8 s0``; a hub size by its name after the org (``Qwen2.5-0.5B``), a local path
+    by its last folder. Deterministic, from the key alone, so a live job, the mirror and an
+    evaluation job name a run alike. The fields never hold a space (race.core.cells
+    WILDCARDS), so the name is unambiguous for every study whose sizes differ in their last
+    component; the ``run_key`` tag is the unique id. A key that is not a full cell key (a
+    test's partial key) is its own name."""
+    try:
+        fields = parse_key(run_key)
+    except ValueError:  # ConfigError: not key~value parts
+        return run_key
+    if set(fields) != {"size", "reward", "alloc", "seed"}:
+        return run_key
+    size = fields["size"].rsplit("--", 1)[-1]  # the slug of org/name or a path: its last part
+    return f"{size} {fields['reward']} {fields['alloc']} s{fields['seed']}"
+
+
+def _experiment_tags(exp) -> dict[str, str]:
+    """The tags RACE sets on its experiment that ``exp`` (None: a new one) lacks: the runs view
+    (always) and the description (only where none is set: a researcher's own is kept)."""
+    held = exp.tags if exp is not None else {}
+    out = {}
+    if held.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+        out[EXPERIMENT_KIND[0]] = EXPERIMENT_KIND[1]
+    if not held.get(NOTE_TAG):
+        out[NOTE_TAG] = EXPERIMENT_NOTE
+    return out
+
+
 def ensure_experiment(spec: MlflowSpec) -> str:
     """Create (once) the tracking DB and the experiment; returns the experiment id. A sqlite
     DB is created under a lock in its folder: two processes creating one at once (live
@@ -91,14 +141,14 @@ def _ensure_experiment(spec: MlflowSpec) -> str:
                          f"MLflow's trash at {spec.tracking_uri}: restore it (mlflow "
                          "experiments restore) or purge it (mlflow gc), or name another")
     if exp is not None:
-        if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
-            client.set_experiment_tag(exp.experiment_id, *EXPERIMENT_KIND)
+        for key, value in _experiment_tags(exp).items():
+            client.set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
     artifact = spec.artifact_root
     if "://" not in artifact:
         artifact = Path(artifact).resolve().as_uri()
     return client.create_experiment(spec.experiment, artifact_location=artifact,
-                                    tags=dict([EXPERIMENT_KIND]))
+                                    tags=_experiment_tags(None))
 
 
 def find_study_run(client, experiment_id: str, study: str) -> str | None:
@@ -227,12 +277,15 @@ class RunLogger:
             run_id = self._create(self.start_time)
         else:
             self.client.set_terminated(run_id, status="RUNNING")
+            run = self.client.get_run(run_id)
             tags = dict(self.tags)
             if self.parent_run_id is not None:
                 tags["mlflow.parentRunId"] = self.parent_run_id
+            if run.info.run_name != run_name(self.run_key):  # a run named by an older version
+                tags["mlflow.runName"] = run_name(self.run_key)  # MLflow renames the run
             if tags:
                 self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
-            held = self.client.get_run(run_id).data.params
+            held = run.data.params
             self.params_changed = sorted(k for k, v in self.params.items()
                                          if k in held and held[k] != _param_text(v))
             self._log_params(run_id, held)
@@ -247,7 +300,7 @@ class RunLogger:
         tags = {"run_key": self.run_key, "study": self.study, **self.tags}
         if self.parent_run_id is not None:
             tags["mlflow.parentRunId"] = self.parent_run_id
-        run_id = self.client.create_run(self.experiment_id, run_name=self.run_key,
+        run_id = self.client.create_run(self.experiment_id, run_name=run_name(self.run_key),
                                         start_time=start_time, tags=tags).info.run_id
         self._log_params(run_id, {})
         return run_id
@@ -352,6 +405,31 @@ class RunLogger:
                     self._held[m.key][m.step] = m.value
         self._pending = {}
         return {"sent": len(batch), "steps": sent, "changed": changed}
+
+    def stale_keys(self) -> set[str]:
+        """The metric keys the run holds that nothing queued now has: points of a name the
+        files no longer produce (an older version's ``eval/<target>_lo``), which only a
+        re-created run drops (MLflow deletes no metric)."""
+        return set(self.client.get_run(self.run_id).data.metrics) - set(self._pending)
+
+    def log_table(self, artifact_file: str, columns: list[str], rows: list[list]) -> None:
+        """Attach a table as MLflow's own table artifact (``MlflowClient.log_table``'s JSON,
+        pandas' ``split`` layout, listed in the ``mlflow.loggedArtifacts`` tag, so
+        ``mlflow.load_table`` and the UI read it), replacing the previous one: ``log_table``
+        itself appends to an existing file, which would repeat every row on each mirror."""
+        from mlflow.entities import RunTag
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(artifact_file).name
+            path.write_text(json.dumps({"columns": columns, "data": rows}))
+            folder = str(Path(artifact_file).parent)
+            self.client.log_artifact(self.run_id, str(path),
+                                     artifact_path=None if folder == "." else folder)
+        tag = "mlflow.loggedArtifacts"
+        held = json.loads(self.client.get_run(self.run_id).data.tags.get(tag, "[]"))
+        entry = {"path": artifact_file, "type": "table"}
+        if entry not in held:
+            self.client.log_batch(self.run_id, tags=[RunTag(tag, json.dumps([*held, entry]))])
 
     def log_artifacts(self, files: dict[str, list[Path]]) -> None:
         """Attach ``files`` under each artifact folder name (a rung's ledger and evaluation:
