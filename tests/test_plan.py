@@ -113,13 +113,13 @@ def test_race_plan_flags_and_config(capsys):
     assert flags["worst"] == json.loads(json.dumps(plan(cost, 1e9, 8)))
     assert flags["typical"]["steps"] >= flags["worst"]["steps"] > 0
     # the smoke study's allocation, its rule+prm reward (a nano PRM), the task's longest
-    # prompt (14 characters) and its largest rung
+    # prompt (9 characters) and its largest rung
     config = run_json(capsys, "--config", str(ROOT / "configs" / "smoke.yaml"), "--size",
                       "nano", "--alloc", "updates", "--reward", "rule+prm")
-    assert (config["rows"], config["prompt_len"], config["completion_len"]) == (8, 14, 24)
+    assert (config["rows"], config["prompt_len"], config["completion_len"]) == (8, 9, 24)
     step = config["worst"]["step"]
     assert step["num_iterations"] == 2 and step["reuse_learning"] > 0
-    assert step["reward"] == 8 * F.reward_model_flops(F.resolve_arch("nano"), 14 + 24 + 1)
+    assert step["reward"] == 8 * F.reward_model_flops(F.resolve_arch("nano"), 9 + 24 + 1)
     assert config["worst"]["budget"] == 1.6e10
     assert main(["plan", "--config", str(ROOT / "configs" / "smoke.yaml"), "--size", "nano",
                  "--alloc", "updates", "--prompts", "3"]) == 2
@@ -205,10 +205,10 @@ def test_a_budget_past_the_step_limit_is_refused_with_race_plans_numbers(tmp_pat
     with pytest.raises(ConfigError) as error:
         load_study(_smoke(tmp_path, max_steps_per_run=10))
     worst = run_json(capsys, "--config", str(ROOT / "configs" / "smoke.yaml"), "--size",
-                     "nano", "--alloc", "base", "--reward", "rule", "--budget", "8e9")["worst"]
+                     "nano", "--alloc", "updates", "--reward", "rule", "--budget", "8e9")["worst"]
     assert str(error.value) == (
         f"budgets[1]: 8e+09 model FLOPs takes at least {worst['steps']} steps in run "
-        "size~nano/reward~rule/alloc~base (race plan's worst case, every completion at the "
+        "size~nano/reward~rule/alloc~updates (race plan's worst case, every completion at the "
         "cap), past the limit of 10 steps per run: a typo? If it is meant, raise "
         "max_steps_per_run in the config")
 
@@ -216,7 +216,7 @@ def test_a_budget_past_the_step_limit_is_refused_with_race_plans_numbers(tmp_pat
 def test_an_absurd_budget_is_a_typo_unless_the_config_says_so(tmp_path):
     budgets = [4.0e9, 8.0e9, 1.6e10, 1.0e30]
     with pytest.raises(ConfigError, match=r"budgets\[3\]: 1e\+30 model FLOPs takes at least "
-                                          r"1\.91e\+21 steps .* past the limit of 1,000,000 "
+                                          r"2\.21e\+21 steps .* past the limit of 1,000,000 "
                                           r"steps per run: .* raise max_steps_per_run"):
         load_study(_smoke(tmp_path, budgets=budgets))
     assert load_study(_smoke(tmp_path, budgets=budgets, max_steps_per_run=10**22)).budgets[-1] \

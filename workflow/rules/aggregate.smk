@@ -3,8 +3,6 @@
 
 
 rule aggregate_pilot:
-    message:
-        "pilot runs table"
     conda:
         "../../envs/race.yaml"
     input:
@@ -28,8 +26,6 @@ rule aggregate_pilot:
 
 # RACE: rank the pilot (low rungs, one seed), select top-k + baseline per reward x target.
 checkpoint select:
-    message:
-        "RACE pilot: select the validation configs"
     conda:
         "../../envs/race.yaml"
     input:
@@ -54,8 +50,6 @@ checkpoint select:
 
 # Everything: base policies, every grid cell x rung, the validation runs.
 rule aggregate:
-    message:
-        "runs table"
     conda:
         "../../envs/race.yaml"
     input:

@@ -2,8 +2,6 @@
 
 
 rule base:
-    message:
-        "base policy {wildcards.size}: pretrain"
     conda:
         "../../envs/race.yaml"
     input:

@@ -2,8 +2,6 @@
 
 
 rule data:
-    message:
-        "task splits"
     conda:
         "../../envs/race.yaml"
     output:
@@ -26,8 +24,6 @@ rule data:
 
 
 rule tokenizer:
-    message:
-        "tokenizer"
     conda:
         "../../envs/race.yaml"
     output:

@@ -5,8 +5,6 @@
 
 
 rule evaluate:
-    message:
-        "{wildcards.size} {wildcards.reward} {wildcards.alloc} s{wildcards.seed}: evaluate"
     conda:
         "../../envs/race.yaml"
     input:
@@ -53,8 +51,6 @@ use rule evaluate as evaluate_validation with:
 
 
 rule evaluate_base:
-    message:
-        "base policy {wildcards.size}: evaluate"
     conda:
         "../../envs/race.yaml"
     input:

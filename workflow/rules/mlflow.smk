@@ -4,8 +4,6 @@
 
 
 rule mlflow_init:
-    message:
-        "MLflow: the study's experiment and run"
     conda:
         "../../envs/race.yaml"
     output:
@@ -26,8 +24,6 @@ rule mlflow_init:
 # the tables are built. With mlflow.live the training jobs have logged their steps already and
 # this adds the evaluations; without it, training and evaluation jobs never start MLflow.
 rule mlflow_log:
-    message:
-        "MLflow: mirror the run folders"
     conda:
         "../../envs/race.yaml"
     input:

@@ -3,8 +3,6 @@
 
 
 rule prm_samples:
-    message:
-        "base policies: sample once for the PRMs"
     conda:
         "../../envs/race.yaml"
     input:
@@ -32,8 +30,6 @@ rule prm_samples:
 
 
 rule prm:
-    message:
-        "PRM {wildcards.prm}: train"
     conda:
         "../../envs/race.yaml"
     input:

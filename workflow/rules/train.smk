@@ -3,8 +3,6 @@
 
 
 rule train:
-    message:
-        "{wildcards.size} {wildcards.reward} {wildcards.alloc} s{wildcards.seed}: train"
     conda:
         "../../envs/race.yaml"
     input:
