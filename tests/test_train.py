@@ -567,8 +567,9 @@ def tiny_prm(tiny_base):
     dict(attn_implementation="sdpa", rollout_engine="merged"),
     dict(attn_implementation="eager", rollout_engine="static", num_iterations=1),
     dict(attn_implementation="sdpa", rollout_engine="static", beta=0.04),
+    dict(attn_implementation="eager", rollout_engine="fused", num_iterations=1),
 ], ids=["mu2-eager", "beta-ckpt-mu2-sdpa", "beta-eager", "prm-mu2-sdpa", "rule+prm-eager",
-        "merged-mu2-sdpa", "static-eager", "static-beta-mu2-sdpa"])
+        "merged-mu2-sdpa", "static-eager", "static-beta-mu2-sdpa", "fused-eager"])
 def test_meter_matches_flop_counter(tiny_base, tiny_prm, tmp_path, monkeypatch, case):
     """Every step's executed FLOPs, phase by phase, equal what torch counts around the same
     phases (race.flops.counter.count_flops: every SDPA kernel, and the in-place addmm_ of TRL's

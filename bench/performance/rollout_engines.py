@@ -37,6 +37,7 @@ from bench.common import ALLOC, REFERENCE, race_run, reference_policy, tiny_stud
 from race.core.jobs import TrainJob
 from race.core.specs import ROLLOUT_ENGINES, merges
 from race.grpo.rollout import merged_weights, static_cache_len
+from race.policy.decoder import FusedDecoder
 
 
 def adapted(base: Path, device: str, dtype: torch.dtype):
@@ -79,12 +80,18 @@ def generation_seconds(model, engine: str, ids, mask, new: int, device: str) -> 
     if engine == "static":
         kwargs.update(cache_implementation="static",
                       max_cache_len=static_cache_len(ids.shape[1], new))
-    weights = merged_weights(model) if merges(engine) else contextlib.nullcontext()
+    weights = merged_weights(model, adapters_off=engine != "fused") if merges(engine) \
+        else contextlib.nullcontext()
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     with torch.no_grad(), weights:
-        model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        if engine == "fused":  # no EOS: every call decodes the same width, as min_new_tokens
+            FusedDecoder(model.get_base_model()).generate(
+                ids, mask, max_new_tokens=new, do_sample=True, eos_token_ids=[],
+                pad_token_id=model.config.pad_token_id)
+        else:
+            model.generate(input_ids=ids, attention_mask=mask, **kwargs)
     if device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0

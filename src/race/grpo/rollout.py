@@ -14,6 +14,12 @@
   completion cap), so that every decode runs the same shapes; on CUDA the decode forward is
   compiled (TRL builds its generation config with ``disable_compile=True``; the trainer sets it
   back). A static cache's attention reads every cached position, filled or not.
+- ``fused``: ``merged``, with the decode loop of race.policy.decoder in place of ``generate``:
+  query/key/value and gate/up projections as one matmul each, a cache written in place, none
+  of ``generate``'s per-token machinery. The same matmuls and attention widths as ``merged``
+  with a dynamic cache, so the same executed FLOPs; on the CPU's small policies, where a
+  decode step is bound by calls rather than arithmetic, the fastest
+  (``bench/performance/rollout_engines.py``).
 
 The engine changes how rollouts are computed, never what a budget is charged: model FLOPs price
 generation through the adapted policy (its LoRA terms included) under every engine, so the
@@ -35,10 +41,13 @@ def _lora_layers(model):
 
 
 @contextlib.contextmanager
-def merged_weights(peft_model):
+def merged_weights(peft_model, *, adapters_off: bool = True):
     """Generate from merged weights inside this block (module docstring): each adapted
     module's base weight swapped for ``W + Σ s·B·A`` over its active adapters, the adapters
-    disabled; on exit the original weight Parameters, untouched, are put back."""
+    disabled; on exit the original weight Parameters, untouched, are put back.
+    ``adapters_off=False`` leaves the adapters on, for a reader of the base layers' weights
+    alone (race.policy.decoder): PEFT's switch walks every module twice, a few milliseconds a
+    step on the small policies."""
     import torch
 
     swapped = []
@@ -53,7 +62,7 @@ def merged_weights(peft_model):
                         merged += layer.get_delta_weight(name).to(merged.dtype)
                 base._parameters["weight"] = torch.nn.Parameter(merged, requires_grad=False)
                 swapped.append((base, original))
-        with peft_model.disable_adapter():
+        with peft_model.disable_adapter() if adapters_off else contextlib.nullcontext():
             yield
     finally:
         for base, original in swapped:

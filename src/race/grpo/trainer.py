@@ -97,12 +97,45 @@ def metered_trainer_class():
             finally:
                 self.recorder.current.rollout_s += self._clock() - t0
 
-        def _generate_single_turn(self, *args, **kwargs):
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
             # The one place TRL calls generate: the engine's weights for its duration.
             if not merges(self.rollout_engine):
-                return super()._generate_single_turn(*args, **kwargs)
+                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            if self.rollout_engine == "fused":
+                with merged_weights(self.model, adapters_off=False):
+                    return self._fused_generate(prompt_ids), None
             with merged_weights(self.model):
-                return super()._generate_single_turn(*args, **kwargs)
+                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+        def _fused_generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
+            """TRL's regular generation path with race.policy.decoder in place of
+            ``generate``: prompts left-padded, completions cut after their first EOS (kept),
+            as TRL returns them. TRL's sampling here is plain temperature sampling (top_k 0,
+            top_p 1, no min_p or repetition penalty: :func:`grpo_config`), which the decoder
+            implements."""
+            from race.policy.decoder import FusedDecoder
+
+            if (self.top_k or 0) != 0 or self.top_p != 1.0 or self.min_p is not None \
+                    or self.repetition_penalty != 1.0:
+                raise ValueError("the fused rollout engine samples at top_k 0, top_p 1, "
+                                 "without min_p or a repetition penalty")
+            device = self.accelerator.device
+            pad = self._tokenizer.pad_token_id
+            width = max(len(ids) for ids in prompt_ids)
+            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids],
+                               device=device)
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids],
+                                device=device)
+            decoder = FusedDecoder(self.model.get_base_model())
+            new = decoder.generate(ids, mask, max_new_tokens=self.max_completion_length,
+                                   do_sample=True, temperature=self.temperature,
+                                   eos_token_ids=self.eos_token_ids, pad_token_id=pad)
+            eos = set(self.eos_token_ids)
+            completions = []
+            for row in new.tolist():
+                end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+                completions.append(row[:end])
+            return completions
 
         def _static_cache_len(self) -> int | None:
             """Positions of the static KV cache the last generate ran with (transformers keeps

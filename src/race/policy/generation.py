@@ -66,18 +66,25 @@ def length_order(lengths: list[int]) -> list[int]:
 
 def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
              do_sample: bool = False, temperature: float = 1.0, seed: int = 0,
-             num_return_sequences: int = 1, length_sorted: bool = True) -> Generations:
+             num_return_sequences: int = 1, length_sorted: bool = True,
+             fused: bool = True) -> Generations:
     """Generate completions for ``prompts`` (each repeated ``num_return_sequences`` times).
 
     Deterministic for a fixed seed, batch size and thread count: the torch generator is reseeded
     from ``seed`` and the batch index before every batch. Rows run length-sorted (module
     docstring); ``texts`` and ``rows`` come back in the order of ``prompts`` (each prompt's
     samples adjacent). ``length_sorted=False`` batches rows in the caller's order (what
-    ``bench/performance/generation_order.py`` compares against).
+    ``bench/performance/generation_order.py`` compares against). ``fused``: decode with
+    :class:`race.policy.decoder.FusedDecoder` (the same FLOPs as ``model.generate`` in fewer
+    calls; samples agree in distribution, greedy output to rounding); off, or for a model it
+    does not support, ``model.generate``.
     """
     import torch
 
+    from race.policy.decoder import FusedDecoder, supports
+
     model.eval()
+    decoder = FusedDecoder(model) if fused and supports(model) else None
     expanded = [p for p in prompts for _ in range(num_return_sequences)]
     lengths = [len(ids) for ids in tokenizer(expanded, add_special_tokens=False)["input_ids"]]
     order = length_order(lengths) if length_sorted else list(range(len(expanded)))
@@ -92,19 +99,25 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
         enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
                         add_special_tokens=False).to(model.device)
         torch.manual_seed(seed * 1_000_003 + bi)
-        with torch.no_grad():
-            gen = model.generate(
-                **enc,
-                max_new_tokens=max_new_tokens,
-                do_sample=do_sample,
-                temperature=temperature if do_sample else None,
-                top_k=0 if do_sample else None,
-                top_p=1.0 if do_sample else None,
-                pad_token_id=pad_id,
-                eos_token_id=eos_id,
-            )
+        if decoder is not None:
+            new_ids = decoder.generate(enc["input_ids"], enc["attention_mask"],
+                                       max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                       temperature=temperature, eos_token_ids=[eos_id],
+                                       pad_token_id=pad_id)
+        else:
+            with torch.no_grad():
+                gen = model.generate(
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=do_sample,
+                    temperature=temperature if do_sample else None,
+                    top_k=0 if do_sample else None,
+                    top_p=1.0 if do_sample else None,
+                    pad_token_id=pad_id,
+                    eos_token_id=eos_id,
+                )
+            new_ids = gen[:, enc["input_ids"].shape[1]:]
         width = enc["input_ids"].shape[1]
-        new_ids = gen[:, width:]
         lens = completion_lengths(new_ids, eos_id, pad_id)
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
         for i, row, n, p in zip(index, new_ids.tolist(), lens, prompt_lens, strict=True):

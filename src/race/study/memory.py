@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from race.core.specs import merges
+from race.core.specs import merges, rollout_engine
 from race.flops import analytic as F
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -116,9 +116,11 @@ def decode_bytes(arch: F.Arch, b: int, rows: int, prompt: int) -> int:
 
 def train_memory(arch: F.Arch, *, rows: int, micro_rows: int | None, prompt_len: int,
                  completion_len: int, lora: F.LoraSpec, dtype: str, grad_ckpt: bool,
-                 feedback: Feedback | None = None, merged: bool = False) -> MemoryEstimate:
+                 feedback: Feedback | None = None, merged: bool = False,
+                 fused: bool = False) -> MemoryEstimate:
     """A GRPO + LoRA training job's peak (module docstring); ``merged``: rollouts from merged
-    weights (race.grpo.rollout), a second copy of every adapted projection while generating."""
+    weights (race.grpo.rollout), a second copy of every adapted projection while generating;
+    ``fused``: the fused decoder's concatenated q|k|v and gate|up weights besides."""
     b = BYTES[dtype]
     tokens = prompt_len + completion_len
     resident = {"policy_weights": arch.params() * b,
@@ -135,6 +137,11 @@ def train_memory(arch: F.Arch, *, rows: int, micro_rows: int | None, prompt_len:
     }
     if merged:
         phases["rollout"]["merged_weights"] = F.adapted_weights(arch, lora) * b
+    if fused:
+        proj = arch.projections()
+        phases["rollout"]["fused_weights"] = arch.layers * b * sum(
+            proj[t][0] * proj[t][1] for t in ("q_proj", "k_proj", "v_proj", "gate_proj",
+                                                 "up_proj"))
     phases |= {
         "learning": {"activations": kept, "logprob_head": head_bytes(arch, b, m * tokens)},
     }
@@ -218,7 +225,8 @@ def train_job_memory(job, max_prompt_tokens: int, arch: F.Arch | None = None) ->
     return train_memory(arch, rows=a.rows, micro_rows=job.micro_batch_rows,
                         prompt_len=max_prompt_tokens, completion_len=a.max_completion_length,
                         lora=a.lora, dtype=job.dtype, grad_ckpt=job.gradient_checkpointing,
-                        feedback=feedback, merged=merges(job.rollout_engine))
+                        feedback=feedback, merged=merges(job.rollout_engine),
+                        fused=rollout_engine(job.rollout_engine) == "fused")
 
 
 def eval_job_memory(job, max_prompt_tokens: int, arch: F.Arch | None = None) -> MemoryEstimate:

@@ -1,0 +1,137 @@
+"""The fused decoder (race.policy.decoder): Qwen2's forward in fewer calls. Its greedy
+output is ``generate``'s token for token, its logits the model's to rounding, on left-padded
+batches, grouped-query attention and LoRA-merged weights; what it cannot read is refused."""
+
+import pytest
+import torch
+
+from race.core import ladder
+from race.grpo.rollout import merged_weights
+from race.policy.decoder import FusedDecoder, check_supported, supports
+
+
+def qwen2(heads: int, kv_heads: int, **extra):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = dict(ladder.config_dict("nano", 40), num_attention_heads=heads,
+                  num_key_value_heads=kv_heads, **extra)
+    return Qwen2ForCausalLM(Qwen2Config(**config)).eval()
+
+
+def left_padded(rows: int = 5, pad: int = 0):
+    """Prompts of 3..7 tokens, left-padded with ``pad``."""
+    g = torch.Generator().manual_seed(1)
+    lens = [3 + i % 5 for i in range(rows)]
+    width = max(lens)
+    ids = torch.full((rows, width), pad)
+    mask = torch.zeros(rows, width, dtype=torch.long)
+    for r, n in enumerate(lens):
+        ids[r, width - n:] = torch.randint(3, 40, (n,), generator=g)
+        mask[r, width - n:] = 1
+    return ids, mask
+
+
+def hf_new_tokens(model, ids, mask, new: int, eos: int, **kw):
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                             pad_token_id=0, eos_token_id=eos, **kw)
+    return out[:, ids.shape[1]:]
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(2, 1), (4, 4), (4, 2)], ids=["gqa", "mha", "gqa2"])
+def test_greedy_decoding_is_generates_token_for_token(heads, kv_heads):
+    model = qwen2(heads, kv_heads)
+    ids, mask = left_padded()
+    decoder = FusedDecoder(model)
+    # As EOS, the token the random model emits in the most rows: rows finish at different
+    # columns and are padded after, as generate pads them.
+    free = decoder.generate(ids, mask, max_new_tokens=12, do_sample=False, eos_token_ids=[],
+                            pad_token_id=0)
+    eos = max(range(3, 40), key=lambda t: int((free == t).any(dim=1).sum()))
+    want = hf_new_tokens(model, ids, mask, 12, eos=eos, do_sample=False)
+    got = decoder.generate(ids, mask, max_new_tokens=12, do_sample=False, eos_token_ids=[eos],
+                           pad_token_id=0)
+    assert (want == eos).any() and (want[:, -1] == 0).any()  # some row stopped and was padded
+    assert torch.equal(got, want)
+
+
+def test_logits_are_the_models_to_rounding():
+    """The first sampled step's logits on a left-padded batch, against the model's forward
+    over the same tokens (positions from the mask, as generate counts them)."""
+    model = qwen2(4, 2)
+    ids, mask = left_padded()
+    decoder = FusedDecoder(model)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    seen = {}
+    real_logits = decoder._logits
+
+    def keep(hidden):
+        seen.setdefault("logits", real_logits(hidden))
+        return seen["logits"]
+
+    decoder._logits = keep
+    decoder.generate(ids, mask, max_new_tokens=1, do_sample=False, eos_token_ids=[],
+                     pad_token_id=0)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+    torch.testing.assert_close(seen["logits"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_sampling_follows_the_temperature_and_the_seed():
+    model = qwen2(2, 1)
+    ids, mask = left_padded()
+    decoder = FusedDecoder(model)
+    greedy = decoder.generate(ids, mask, max_new_tokens=8, do_sample=False, eos_token_ids=[],
+                              pad_token_id=0)
+    cold = decoder.generate(ids, mask, max_new_tokens=8, do_sample=True, temperature=1e-4,
+                            eos_token_ids=[], pad_token_id=0)
+    assert torch.equal(cold, greedy)
+
+    def sample(seed):
+        torch.manual_seed(seed)
+        return decoder.generate(ids, mask, max_new_tokens=8, do_sample=True, eos_token_ids=[],
+                                pad_token_id=0)
+
+    assert torch.equal(sample(3), sample(3)) and not torch.equal(sample(3), sample(4))
+
+
+def test_merged_lora_weights_decode_like_the_adapted_policy():
+    """Built inside race.grpo.rollout.merged_weights, the decoder reads the merged copies
+    through PEFT's wrappers: the adapted policy's greedy tokens; the frozen weights are
+    untouched afterwards."""
+    from peft import LoraConfig, get_peft_model
+
+    from race.policy.ladder import quiet_checkpointing_renames
+
+    quiet_checkpointing_renames()
+    policy = get_peft_model(qwen2(4, 2), LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                           "up_proj", "down_proj"],
+        lora_dropout=0.0, task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    ids, mask = left_padded()
+    want = hf_new_tokens(policy, ids, mask, 10, eos=None, do_sample=False)
+    with torch.no_grad(), policy.disable_adapter():
+        base = hf_new_tokens(policy, ids, mask, 10, eos=None, do_sample=False)
+    assert not torch.equal(want, base)  # the adapters matter here
+    assert not supports(policy.get_base_model())  # wrapped: merge first
+    with merged_weights(policy, adapters_off=False):
+        got = FusedDecoder(policy.get_base_model()).generate(
+            ids, mask, max_new_tokens=10, do_sample=False, eos_token_ids=[], pad_token_id=0)
+    assert torch.equal(got, want)
+    assert all(torch.equal(p, before[n]) for n, p in policy.named_parameters())
+
+
+def test_what_the_decoder_cannot_read_is_refused():
+    from transformers import LlamaConfig
+
+    with pytest.raises(ValueError, match="model_type 'llama'"):
+        check_supported(LlamaConfig())
+    with pytest.raises(ValueError, match="sliding-window"):
+        check_supported(qwen2(2, 1, use_sliding_window=True, max_window_layers=0).config)
+    assert supports(qwen2(2, 1))
