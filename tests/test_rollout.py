@@ -43,13 +43,23 @@ def gradients(model, ids) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def test_merged_generation_restores_the_weights_bit_for_bit(peft_policy):
-    """Many merged generations: every frozen weight is the same Parameter holding the same
+@pytest.mark.parametrize("engine", ["merged", "fused"])
+def test_merged_generation_restores_the_weights_bit_for_bit(peft_policy, engine):
+    """Many merged generations (``generate`` with the adapters off, or the fused decoder
+    reading the merged copies): every frozen weight is the same Parameter holding the same
     bits, and the learning step's gradients -- hence its update -- equal those before."""
+    from race.policy.decoder import FusedDecoder
+
     ids = torch.randint(3, 40, (3, 9))
     before, params = frozen(peft_policy), {n: p for n, p in peft_policy.named_parameters()}
     grads = gradients(peft_policy, ids)
     for _ in range(20):
+        if engine == "fused":
+            with merged_weights(peft_policy, adapters_off=False):
+                FusedDecoder(peft_policy.get_base_model()).generate(
+                    ids[:, :4], torch.ones_like(ids[:, :4]), max_new_tokens=3,
+                    do_sample=True, pad_token_id=0)
+            continue
         with merged_weights(peft_policy):
             peft_policy.generate(input_ids=ids[:, :4], max_new_tokens=3, do_sample=True,
                                  pad_token_id=0)
