@@ -7,7 +7,7 @@ import torch
 
 from race.core import ladder
 from race.grpo.rollout import merged_weights
-from race.policy.decoder import FusedDecoder, check_supported, supports
+from race.policy.decoder import FusedDecoder, check_supported, plain_sampling, supports
 
 
 def qwen2(heads: int, kv_heads: int, **extra):
@@ -128,10 +128,69 @@ def test_merged_lora_weights_decode_like_the_adapted_policy():
 
 
 def test_what_the_decoder_cannot_read_is_refused():
-    from transformers import LlamaConfig
+    from peft import LoraConfig, get_peft_model
+    from transformers import GenerationConfig, LlamaConfig
+
+    from race.policy.ladder import quiet_checkpointing_renames
 
     with pytest.raises(ValueError, match="model_type 'llama'"):
         check_supported(LlamaConfig())
     with pytest.raises(ValueError, match="sliding-window"):
         check_supported(qwen2(2, 1, use_sliding_window=True, max_window_layers=0).config)
+    with pytest.raises(ValueError, match="attention_dropout"):
+        check_supported(qwen2(2, 1, attention_dropout=0.1).config)
+    with pytest.raises(ValueError, match="'dynamic' rope"):
+        check_supported(qwen2(2, 1, rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                                     "rope_theta": 10000.0}).config)
     assert supports(qwen2(2, 1))
+    # Sampling beyond the temperature is generate's: a repetition penalty, suppressed tokens.
+    assert plain_sampling(GenerationConfig()) and plain_sampling(GenerationConfig(top_k=0))
+    assert not plain_sampling(GenerationConfig(repetition_penalty=1.05))
+    assert not plain_sampling(GenerationConfig(suppress_tokens=[3]))
+    # PEFT applies DoRA and LoRA dropout where a merged copy would not: refused.
+    quiet_checkpointing_renames()
+    for extra in ({"use_dora": True}, {"lora_dropout": 0.1}):
+        policy = get_peft_model(qwen2(2, 1), LoraConfig(r=2, target_modules=["q_proj"],
+                                                         task_type="CAUSAL_LM", **extra))
+        with pytest.raises(ValueError, match="plain LoRA"), merged_weights(policy):
+            pass
+
+
+def test_evaluation_keeps_generate_for_a_config_that_asks_more():
+    """race.policy.generation.generate decodes with the fused decoder only where it samples
+    as generate would: a repetition penalty in the model's generation config keeps generate
+    (whose output then differs from the decoder's)."""
+    from race.policy.generation import generate
+
+    class Tokens:
+        """Prompts are space-separated ids; decoding joins them back."""
+        pad_token_id, eos_token_id = 0, 1
+
+        def __call__(self, texts, return_tensors=None, **kw):
+            rows = [[int(t) for t in x.split()] for x in texts]
+            if return_tensors is None:
+                return {"input_ids": rows}
+            width = max(map(len, rows))
+            ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+            mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+            return _Batch(input_ids=ids, attention_mask=mask)
+
+        def decode(self, ids, skip_special_tokens=True):
+            return " ".join(map(str, ids))
+
+    model = qwen2(2, 1)
+    prompts = ["5 6 7", "8 9 10 11 12"]
+    plain = generate(model, Tokens(), prompts, max_new_tokens=10)
+    model.generation_config.repetition_penalty = 3.0
+    penalised = generate(model, Tokens(), prompts, max_new_tokens=10)
+    fused = generate(model, Tokens(), prompts, max_new_tokens=10, fused=True)
+    unfused = generate(model, Tokens(), prompts, max_new_tokens=10, fused=False)
+    assert penalised.texts == fused.texts == unfused.texts != plain.texts
+
+
+class _Batch(dict):
+    def to(self, device):
+        return self
+
+    def __getattr__(self, name):
+        return self[name]

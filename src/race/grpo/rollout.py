@@ -51,9 +51,17 @@ def merged_weights(peft_model, *, adapters_off: bool = True):
     import torch
 
     swapped = []
+    layers = _lora_layers(peft_model)
+    for layer in layers:
+        active = [n for n in layer.active_adapters if n in layer.lora_A]
+        if layer.merged or any(n in layer.lora_variant or layer.lora_bias.get(n) for n in active) \
+                or any(getattr(layer.lora_dropout[n], "p", 0.0) for n in active):
+            raise ValueError("a merging rollout engine takes plain LoRA on nn.Linear (no "
+                             "DoRA or other variant, no lora_bias or lora_dropout, not "
+                             "merged already): peft applies those where a merge would not")
     try:
         with torch.no_grad():
-            for layer in _lora_layers(peft_model):
+            for layer in layers:
                 base = layer.get_base_layer()
                 original = base.weight
                 merged = original.detach().clone()

@@ -78,6 +78,8 @@ def metered_trainer_class():
             self.recorder = recorder
             self.rollout_engine = rollout_engine
             super().__init__(*args, **kwargs)
+            if rollout_engine == "fused":
+                self._check_fused()
             if rollout_engine == "static" and self.accelerator.device.type == "cuda":
                 # TRL builds its generation config with disable_compile=True; a static cache
                 # is what lets generate compile its decode forward once.
@@ -107,18 +109,27 @@ def metered_trainer_class():
             with merged_weights(self.model):
                 return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
+        def _check_fused(self) -> None:
+            """Before any step: TRL's regular generation path on one process, sampling at the
+            temperature alone (what :func:`grpo_config` asks for and the decoder implements);
+            anything else would be generated differently, so it is refused."""
+            from race.policy.decoder import check_supported, plain_sampling
+
+            check_supported(self.model.config)
+            plain = (self.top_k == 0 and self.top_p == 1.0 and self.args.generation_kwargs is None
+                     and self.pad_to_multiple_of is None and plain_sampling(self.generation_config))
+            if not plain or self.use_vllm or self.use_transformers_continuous_batching \
+                    or self.accelerator.num_processes > 1:
+                raise ValueError("the fused rollout engine replaces TRL's regular generate on "
+                                 "one process, sampling at top_k 0 and top_p 1 with no other "
+                                 "logits processor")
+
         def _fused_generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
             """TRL's regular generation path with race.policy.decoder in place of
             ``generate``: prompts left-padded, completions cut after their first EOS (kept),
-            as TRL returns them. TRL's sampling here is plain temperature sampling (top_k 0,
-            top_p 1, no min_p or repetition penalty: :func:`grpo_config`), which the decoder
-            implements."""
+            as TRL returns them (:meth:`_check_fused` holds)."""
             from race.policy.decoder import FusedDecoder
 
-            if (self.top_k or 0) != 0 or self.top_p != 1.0 or self.min_p is not None \
-                    or self.repetition_penalty != 1.0:
-                raise ValueError("the fused rollout engine samples at top_k 0, top_p 1, "
-                                 "without min_p or a repetition penalty")
             device = self.accelerator.device
             pad = self._tokenizer.pad_token_id
             width = max(len(ids) for ids in prompt_ids)

@@ -21,8 +21,11 @@ Sampling is ``generate``'s at ``top_k=0, top_p=1``: softmax of float32 logits ov
 temperature, one multinomial draw per row; greedy is the argmax. Random draws are not
 ``generate``'s (another order of calls), so samples agree in distribution, not token for token.
 
-Only what the decoder reads is supported: a ``qwen2`` model without sliding-window layers;
-anything else is refused by :func:`check_supported` with the key that rules it out.
+Only what the decoder reads is supported: a ``qwen2`` model without sliding-window layers,
+attention dropout or a rope type whose frequencies depend on the sequence length; anything
+else is refused by :func:`check_supported` with the key that rules it out. Sampling settings
+that add logits processors (a repetition penalty, suppressed tokens, ...) are ``generate``'s
+business: :func:`plain_sampling` tells a caller when the decoder may stand in for it.
 """
 
 from __future__ import annotations
@@ -43,6 +46,32 @@ def check_supported(config) -> None:
             t != "full_attention" for t in getattr(config, "layer_types", None) or ()):
         raise ValueError("the fused rollout engine has no sliding-window attention "
                          "(config use_sliding_window / layer_types)")
+    if getattr(config, "attention_dropout", 0.0):
+        raise ValueError(f"the fused rollout engine applies no attention dropout, config "
+                         f"attention_dropout is {config.attention_dropout}")
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope in ("dynamic", "longrope"):
+        # Their frequencies follow the longest position of each forward; the decoder builds
+        # cos/sin once per call.
+        raise ValueError(f"the fused rollout engine has no {rope!r} rope (config "
+                         f"rope_parameters.rope_type)")
+
+
+#: Generation-config fields that make ``generate`` add a logits processor (or a length rule)
+#: beyond temperature sampling, and their neutral values.
+_NEUTRAL = {"repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0,
+            "no_repeat_ngram_size": 0, "bad_words_ids": None, "suppress_tokens": None,
+            "begin_suppress_tokens": None, "forced_bos_token_id": None,
+            "forced_eos_token_id": None, "min_new_tokens": 0, "min_length": 0,
+            "sequence_bias": None, "exponential_decay_length_penalty": None,
+            "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
+
+
+def plain_sampling(generation_config) -> bool:
+    """Whether ``generate`` with this config (and ``top_k=0, top_p=1`` passed, as RACE does)
+    samples exactly as the decoder: no field of ``_NEUTRAL`` away from its neutral value."""
+    return all(getattr(generation_config, k, v) in (v, None) or
+               (v is None and not getattr(generation_config, k)) for k, v in _NEUTRAL.items())
 
 
 def supports(model) -> bool:
@@ -55,7 +84,7 @@ def supports(model) -> bool:
     except ValueError:
         return False
     return isinstance(model, Qwen2ForCausalLM) and not any(
-        hasattr(m, "base_layer") for m in model.model.layers[0].modules())
+        hasattr(m, "base_layer") for m in model.modules())
 
 
 def _linear(module):
@@ -154,8 +183,10 @@ class FusedDecoder:
         """New tokens of a left-padded batch: a (batch, width) tensor where width is the
         number of columns decoded (the longest completion, EOS included, at most
         ``max_new_tokens``) and a row's columns after its first EOS hold ``pad_token_id``,
-        as in ``generate``'s output past the prompt."""
+        as in ``generate``'s output past the prompt (no pad token: the first EOS id)."""
         b, p = input_ids.shape
+        if max_new_tokens == 0:
+            return input_ids.new_zeros(b, 0)
         total = p + max_new_tokens
         mask = attention_mask.bool()
         positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -179,8 +210,10 @@ class FusedDecoder:
         hidden = self._forward(F.embedding(input_ids, self.embed), cos[:, :, :p], sin[:, :, :p],
                                keys, values, 0, prefill_mask[:, None])
         logits = self._logits(hidden[:, -1])
-        eos = torch.tensor(list(eos_token_ids), dtype=torch.long, device=self.device)
-        pad = pad_token_id if pad_token_id is not None else 0
+        eos_ids = [int(t) for t in eos_token_ids if t is not None]
+        eos = torch.tensor(eos_ids, dtype=torch.long, device=self.device)
+        # Without a pad token, generate pads finished rows with the first EOS id.
+        pad = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
         unfinished = torch.ones(b, dtype=torch.bool, device=self.device)
         new = []
         for t in range(max_new_tokens):

@@ -76,15 +76,18 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
     samples adjacent). ``length_sorted=False`` batches rows in the caller's order (what
     ``bench/performance/generation_order.py`` compares against). ``fused``: decode with
     :class:`race.policy.decoder.FusedDecoder` (the same FLOPs as ``model.generate`` in fewer
-    calls; samples agree in distribution, greedy output to rounding); off, or for a model it
-    does not support, ``model.generate``.
+    calls; samples agree in distribution, greedy output to rounding); off, for a model it does
+    not support or one whose generation config adds logits processors, ``model.generate``.
     """
     import torch
 
-    from race.policy.decoder import FusedDecoder, supports
+    from race.policy.decoder import FusedDecoder, plain_sampling, supports
 
     model.eval()
-    decoder = FusedDecoder(model) if fused and supports(model) else None
+    # A hub checkpoint's generation config may ask generate for more than temperature
+    # sampling (a repetition penalty, say): generate then, as before.
+    decoder = FusedDecoder(model) if fused and supports(model) \
+        and plain_sampling(model.generation_config) else None
     expanded = [p for p in prompts for _ in range(num_return_sequences)]
     lengths = [len(ids) for ids in tokenizer(expanded, add_special_tokens=False)["input_ids"]]
     order = length_order(lengths) if length_sorted else list(range(len(expanded)))
