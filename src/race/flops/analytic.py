@@ -643,10 +643,15 @@ def batch_generate_flops(arch: Arch, prompt_lens: Sequence[int], new_tokens: Seq
         decode_steps=gen - 1, cache_len=cache_len, prefill_keys=prefill_keys)
 
 
+def projection_weights(arch: Arch, names) -> int:
+    """Weights of the named projections (:meth:`Arch.projections`) over every layer."""
+    proj = arch.projections()
+    return arch.layers * sum(proj[t][0] * proj[t][1] for t in names)
+
+
 def adapted_weights(arch: Arch, lora: LoraSpec) -> int:
     """Frozen weights the adapters adapt: ``d_in·d_out`` per adapted module per layer."""
-    proj = arch.projections()
-    return arch.layers * sum(proj[t][0] * proj[t][1] for t in lora.targets)
+    return projection_weights(arch, lora.targets)
 
 
 def lora_merge_flops(arch: Arch, lora: LoraSpec) -> int:

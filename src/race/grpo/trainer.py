@@ -128,25 +128,23 @@ def metered_trainer_class():
             """TRL's regular generation path with race.policy.decoder in place of
             ``generate``: prompts left-padded, completions cut after their first EOS (kept),
             as TRL returns them (:meth:`_check_fused` holds)."""
+            from trl.trainer.utils import pad
+
             from race.policy.decoder import FusedDecoder
+            from race.policy.generation import completion_lengths
 
             device = self.accelerator.device
-            pad = self._tokenizer.pad_token_id
-            width = max(len(ids) for ids in prompt_ids)
-            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids],
-                               device=device)
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids],
-                                device=device)
+            pad_id = self._tokenizer.pad_token_id
+            rows = [torch.tensor(p) for p in prompt_ids]
+            ids = pad(rows, padding_value=pad_id, padding_side="left").to(device)
+            mask = pad([torch.ones_like(r) for r in rows], padding_side="left").to(device)
             decoder = FusedDecoder(self.model.get_base_model())
             new = decoder.generate(ids, mask, max_new_tokens=self.max_completion_length,
                                    do_sample=True, temperature=self.temperature,
-                                   eos_token_ids=self.eos_token_ids, pad_token_id=pad)
-            eos = set(self.eos_token_ids)
-            completions = []
-            for row in new.tolist():
-                end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
-                completions.append(row[:end])
-            return completions
+                                   eos_token_ids=self.eos_token_ids, pad_token_id=pad_id)
+            # As TRL cuts them: after the first EOS; a row without one is kept whole.
+            return [row[:n] for row, n in zip(new.tolist(), completion_lengths(
+                new, self.eos_token_ids, None), strict=True)]
 
         def _static_cache_len(self) -> int | None:
             """Positions of the static KV cache the last generate ran with (transformers keeps

@@ -44,14 +44,17 @@ class Generations:
         return sum(sum(b.completion_lens) for b in self.batches)
 
 
-def completion_lengths(new_ids, eos_id: int | None, pad_id: int | None) -> list[int]:
-    """Real new tokens per row: up to and including the first EOS (pads after it excluded)."""
+def completion_lengths(new_ids, eos_ids, pad_id: int | None) -> list[int]:
+    """Real new tokens per row: up to and including the first of ``eos_ids`` (pads after it
+    excluded); a row without EOS loses its trailing ``pad_id`` tokens (None: keeps them)."""
+    eos = {t for t in eos_ids if t is not None}
     lens = []
     for row in new_ids.tolist():
         n = len(row)
-        if eos_id is not None and eos_id in row:
-            n = row.index(eos_id) + 1
-        elif pad_id is not None and pad_id != eos_id:
+        first = next((i for i, t in enumerate(row) if t in eos), None)
+        if first is not None:
+            n = first + 1
+        elif pad_id is not None and pad_id not in eos:
             while n > 0 and row[n - 1] == pad_id:
                 n -= 1
         lens.append(n)
@@ -102,6 +105,7 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
         enc = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
                         add_special_tokens=False).to(model.device)
         torch.manual_seed(seed * 1_000_003 + bi)
+        width = enc["input_ids"].shape[1]
         if decoder is not None:
             new_ids = decoder.generate(enc["input_ids"], enc["attention_mask"],
                                        max_new_tokens=max_new_tokens, do_sample=do_sample,
@@ -119,9 +123,8 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
                     pad_token_id=pad_id,
                     eos_token_id=eos_id,
                 )
-            new_ids = gen[:, enc["input_ids"].shape[1]:]
-        width = enc["input_ids"].shape[1]
-        lens = completion_lengths(new_ids, eos_id, pad_id)
+            new_ids = gen[:, width:]
+        lens = completion_lengths(new_ids, [eos_id], pad_id)
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
         for i, row, n, p in zip(index, new_ids.tolist(), lens, prompt_lens, strict=True):
             texts[i] = tokenizer.decode(row[:n], skip_special_tokens=True)

@@ -138,10 +138,8 @@ def train_memory(arch: F.Arch, *, rows: int, micro_rows: int | None, prompt_len:
     if merged:
         phases["rollout"]["merged_weights"] = F.adapted_weights(arch, lora) * b
     if fused:
-        proj = arch.projections()
-        phases["rollout"]["fused_weights"] = arch.layers * b * sum(
-            proj[t][0] * proj[t][1] for t in ("q_proj", "k_proj", "v_proj", "gate_proj",
-                                                 "up_proj"))
+        phases["rollout"]["fused_weights"] = b * F.projection_weights(
+            arch, ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))
     phases |= {
         "learning": {"activations": kept, "logprob_head": head_bytes(arch, b, m * tokens)},
     }
