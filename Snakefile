@@ -61,11 +61,14 @@ localrules:
 
 
 # On SLURM, before the first submission: a status command that can see jobs end, and a GPU
-# partition for jobs that ask for a GPU (race.study.slurm); a dry run submits nothing.
+# partition for jobs that ask for a GPU (race.study.slurm); a dry run submits nothing. Locally,
+# how many GPU jobs run at once, and on which devices (workflow/rules/common.smk).
 onstart:
     if workflow.executor_plugin.cli_prefix == "slurm":
         for line in check_cluster(STUDY, workflow.executor_settings):
             print(f"RACE: {line}", flush=True)
+    elif GPU_SLOTS is not None:
+        print(f"RACE: {GPU_SLOTS.summary()}", flush=True)
 
 
 rule all:

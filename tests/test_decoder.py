@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from race.core import ladder
-from race.grpo.rollout import merged_weights
 from race.policy.decoder import FusedDecoder, check_supported, plain_sampling, supports
+from race.policy.engines import merged_weights
 
 
 def qwen2(heads: int, kv_heads: int, **extra):
@@ -97,7 +97,7 @@ def test_sampling_follows_the_temperature_and_the_seed():
 
 
 def test_merged_lora_weights_decode_like_the_adapted_policy():
-    """Built inside race.grpo.rollout.merged_weights, the decoder reads the merged copies
+    """Built inside race.policy.engines.merged_weights, the decoder reads the merged copies
     through PEFT's wrappers: the adapted policy's greedy tokens; the frozen weights are
     untouched afterwards."""
     from peft import LoraConfig, get_peft_model
@@ -157,9 +157,9 @@ def test_what_the_decoder_cannot_read_is_refused():
 
 
 def test_evaluation_keeps_generate_for_a_config_that_asks_more():
-    """race.policy.generation.generate decodes with the fused decoder only where it samples
-    as generate would: a repetition penalty in the model's generation config keeps generate
-    (whose output then differs from the decoder's)."""
+    """race.policy.generation.generate under the fused engine decodes with the fused decoder
+    only where it samples as generate would: a repetition penalty in the model's generation
+    config keeps generate (whose output then differs from the decoder's)."""
     from race.policy.generation import generate
 
     class Tokens:
@@ -180,12 +180,11 @@ def test_evaluation_keeps_generate_for_a_config_that_asks_more():
 
     model = qwen2(2, 1)
     prompts = ["5 6 7", "8 9 10 11 12"]
-    plain = generate(model, Tokens(), prompts, max_new_tokens=10)
+    plain = generate(model, Tokens(), prompts, engine="fused", max_new_tokens=10)
     model.generation_config.repetition_penalty = 3.0
-    penalised = generate(model, Tokens(), prompts, max_new_tokens=10)
-    fused = generate(model, Tokens(), prompts, max_new_tokens=10, fused=True)
-    unfused = generate(model, Tokens(), prompts, max_new_tokens=10, fused=False)
-    assert penalised.texts == fused.texts == unfused.texts != plain.texts
+    penalised = generate(model, Tokens(), prompts, engine="fused", max_new_tokens=10)
+    unfused = generate(model, Tokens(), prompts, engine="merged", max_new_tokens=10)
+    assert penalised.texts == unfused.texts != plain.texts
 
 
 class _Batch(dict):

@@ -391,15 +391,16 @@ def test_generate_batches_by_prompt_length_and_answers_in_order(root):
     prompts = [r.prompt for r in load_jsonl(root / "data" / "eval_in.jsonl")[:10]]
     lengths = [len(snap.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
     assert len(set(lengths)) > 1  # the test needs prompts of several lengths
-    gens = generate(snap.model, snap.tokenizer, prompts, max_new_tokens=10, batch_size=3,
-                    num_return_sequences=2)
+    gens = generate(snap.model, snap.tokenizer, prompts, engine="fused", max_new_tokens=10,
+                    batch_size=3, num_return_sequences=2)
     assert [p for p, _ in gens.rows] == [n for n in lengths for _ in range(2)]
     ran = [p for b in gens.batches for p in b.prompt_lens]
     assert ran == sorted(ran)
     assert sorted(gens.rows) == sorted(r for b in gens.batches
                                        for r in zip(b.prompt_lens, b.completion_lens, strict=True))
     for i, prompt in enumerate(prompts):
-        alone = generate(snap.model, snap.tokenizer, [prompt], max_new_tokens=10)
+        alone = generate(snap.model, snap.tokenizer, [prompt], engine="fused",
+                         max_new_tokens=10)
         assert gens.texts[2 * i] == gens.texts[2 * i + 1] == alone.texts[0]
 
 
@@ -521,6 +522,43 @@ def test_snapshots_run_their_own_targets(root, tmp_path):
             == written[str(top)]["targets"]["sampled_pass1"]["acc"])
 
 
+def test_evaluation_and_prm_sampling_decode_with_the_jobs_engine(root, tmp_path, monkeypatch):
+    """A rung's merged-adapter policy and a base policy decode with the job's engine
+    (race.core.engines: the training engine unless eval.engine names another): merged and
+    static with transformers' generate (static with a static cache), fused with the fused
+    decoder; eval.json records the engine. PRM sampling likewise."""
+    from transformers import Qwen2ForCausalLM
+
+    from race.evaluation.eval_job import run_evaluation
+    from race.feedback.prm_data import sample_completions
+    from race.policy.decoder import FusedDecoder
+
+    calls = []
+    for cls, name in ((FusedDecoder, "decoder"), (Qwen2ForCausalLM, "generate")):
+        def spy(self, *a, _run=cls.generate, _name=name, **k):
+            calls.append((_name, k.get("cache_implementation")))
+            return _run(self, *a, **k)
+        monkeypatch.setattr(cls, "generate", spy)
+    rung = next((root / "runs").rglob("budget~*"))
+    spec = replace(SMALL, targets=("in_pass1",), n_in=3)
+    expected = {"merged": ("generate", None), "static": ("generate", "static"),
+                "fused": ("decoder", None)}
+    for engine, call in expected.items():
+        calls.clear()
+        job = EvalJob(policy=str(root / "base"), data_dir=str(root / "data"),
+                      snapshots=[EvalSnapshot(str(rung), str(tmp_path / engine / "rung.json")),
+                                 EvalSnapshot(None, str(tmp_path / engine / "base.json"))],
+                      spec=spec, engine=engine)
+        written = dict(run_evaluation(job))
+        assert set(calls) == {call}, engine
+        assert all(p["settings"]["engine"] == engine for p in written.values())
+        assert written[str(tmp_path / engine / "rung.json")]["adapter_merged"]
+        calls.clear()
+        sample_completions([str(root / "base")], ["12+3=?\n"], per_prompt=2, max_new_tokens=4,
+                           temperature=1.0, seed=0, batch_size=2, engine=engine)
+        assert set(calls) == {call}, engine
+
+
 def test_job_loads_a_shared_feedback_model_once(root, tmp_path, tokenizer, monkeypatch):
     """eval.prm and a prm reward on the same PRM, over two snapshots: the job loads the PRM once,
     and every target's value and ledger equal those of the old path (each snapshot evaluated
@@ -590,6 +628,9 @@ def test_schema_eval_defaults_match_evalspec():
         default = getattr(spec, name)
         if name == "targets":  # null in the schema: every target
             assert prop["default"] is None and default == TARGETS
+            continue
+        if "default" not in prop:  # unset: left out of a study's params (engine)
+            assert default is None, name
             continue
         assert prop["default"] == (list(default) if isinstance(default, tuple) else default), name
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from race.study.hours import engine_name, read_rates
+
 PERFORMANCE = Path(__file__).resolve().parents[1] / "bench" / "performance"
 SCRIPT = PERFORMANCE / "gpu_check.py"
 
@@ -32,8 +34,8 @@ def test_without_a_gpu_it_reports_no_gpu_and_measures_nothing():
     assert "measured / analytic" not in out
 
 
-def test_cpu_mode_runs_every_part():
-    out = _run("--cpu", "--steps", "4", "--rounds", "1")
+def test_cpu_mode_runs_every_part(tmp_path):
+    out = _run("--cpu", "--steps", "4", "--rounds", "1", "--rates", str(tmp_path / "rates.json"))
     assert "FAILED" not in out
     assert re.search(r"^stack: transformers \S+, trl \S+, peft \S+", out, re.M)
     # One race train step counted: a padded batch, the ledger against FlopCounterMode per phase
@@ -62,8 +64,14 @@ def test_cpu_mode_runs_every_part():
     assert len(ratios) == 16 and all(r == 1.0 for r in ratios)  # 8 phases x eager, sdpa
     assert re.search(r"race train vs TRL GRPOTrainer .* ratio \d+\.\d+", out)
     assert "same tokens: True" in out
-    for part in ("counted step", "placements", "FLOP fidelity", "race train vs TRL", "rollout"):
+    for part in ("counted step", "placements", "FLOP fidelity", "race train vs TRL", "rollout",
+                 "rates file"):
         assert re.search(rf"\[{part}: \d+ s\]", out)
+    # the rates it measured, for race check-config --rates
+    rates = read_rates(tmp_path / "rates.json")
+    assert rates["device"].startswith("cpu") and "gpu_check.py" in rates["measured"]
+    assert set(rates["phases"]) == {"rollout", "learning", "reward", "eval"}
+    assert list(rates["phases"]["rollout"]) == [engine_name(None)]
 
 
 @pytest.mark.parametrize("script", ["pack_wheels.sh", "run_gpu_check.sh"])

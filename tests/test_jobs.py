@@ -29,8 +29,12 @@ def test_every_job_round_trips_through_json(smoke):
         assert jobs.from_json(type(job), jobs.to_json(job)) == job
         # The wire format is dataclasses.asdict's, built without its deep copy, except that
         # a reward entry holds only the keys it sets (RewardSpec.to_dict: the entry as written
-        # plus the schema's defaults), and an empty field of OMIT_EMPTY is left out.
-        plain = {k: v for k, v in asdict(job).items() if k not in jobs.OMIT_EMPTY or v}
+        # plus the schema's defaults), and a field of OMIT_DEFAULT at its default is left
+        # out (a spec's too: eval.engine unset).
+        plain = {k: v for k, v in asdict(job).items() if not jobs.omitted(job, k)}
+        if "spec" in plain:
+            plain["spec"] = {k: v for k, v in plain["spec"].items()
+                             if not jobs.omitted(job.spec, k)}
         if getattr(job, "reward", None) is not None:
             plain["reward"] = job.reward.to_dict()
             assert None not in plain["reward"].values()
@@ -108,6 +112,42 @@ def test_jobs_carry_dtype_not_threads(smoke):
     assert B.eval_job(config, cell).dtype == "bfloat16"
     assert jobs.to_json(B.train_job(config, cell)) == jobs.to_json(B.train_job(
         typed_study({**config.config, "resources": raw["resources"]}), cell))
+
+
+def test_evaluation_and_prm_sampling_decode_with_the_configured_engine(smoke):
+    """eval.engine unset: evaluation, base-policy evaluation and PRM sampling decode with
+    training.rollout_engine (never null: the schema's default is peft); eval.engine names
+    another. A job at its default engine keeps the JSON it had before the engines were
+    configurable (a train job with peft, an evaluation or PRM-sampling job with fused), so an
+    existing study reruns nothing."""
+    raw = smoke.config
+
+    def decoders(config):
+        cell = config.grid_cells()[0]
+        built = [B.eval_job(config, cell), B.base_eval_job(config, cell.size),
+                 B.prm_samples_job(config)]
+        for job in built:
+            assert jobs.from_json(type(job), jobs.to_json(job)) == job
+        return built, B.train_job(config, cell)
+
+    built, train = decoders(smoke)
+    assert smoke.training.rollout_engine == train.rollout_engine == "fused"
+    assert [j.engine for j in built] == ["fused"] * 3
+    assert not any('"engine"' in jobs.to_json(j) for j in built)
+    assert '"rollout_engine": "fused"' in jobs.to_json(train)
+    unset = typed_study({**raw, "training": {k: v for k, v in raw["training"].items()
+                                             if k != "rollout_engine"}})
+    built, train = decoders(unset)
+    assert train.rollout_engine == "peft" and "rollout_engine" not in jobs.to_json(train)
+    assert [j.engine for j in built] == ["peft"] * 3
+    assert all('"engine": "peft"' in jobs.to_json(j) for j in built)
+    merged = typed_study({**raw, "training": {**raw["training"], "rollout_engine": "merged"}})
+    assert [j.engine for j in decoders(merged)[0]] == ["merged"] * 3
+    chosen = typed_study({**merged.config, "eval": {**raw["eval"], "engine": "static"}})
+    built, train = decoders(chosen)
+    assert [j.engine for j in built] == ["static"] * 3 and train.rollout_engine == "merged"
+    with pytest.raises(C.ConfigError, match="eval.engine"):
+        typed_study({**raw, "eval": {**raw["eval"], "engine": "vllm"}})
 
 
 @pytest.mark.parametrize("live", [False, True])

@@ -16,8 +16,8 @@ from transformers import Qwen2Config, Qwen2ForSequenceClassification, Qwen2ForTo
 from race.core.specs import PRM_AGGREGATES, PRMSpec, TaskSpec
 from race.data.task import LINE_ERRORS, Problem, step_labels, verify, write_splits
 from race.data.tokenizer import ALPHABET, build_tokenizer
+from race.feedback.kind import QWEN_STEP_TOKEN
 from race.feedback.loading import load_feedback_model, load_prm
-from race.feedback.models import QWEN_STEP_TOKEN
 from race.feedback.prm_data import (
     IGNORE_INDEX,
     Example,
@@ -504,7 +504,7 @@ def test_bound_covers_a_prm_that_reads_more_tokens_than_the_policy(tmp_path):
     _save_qwen_math(tmp_path, _qwen_math_tokenizer(template=template))
     policy = _two_digit_tokenizer()
     reward = build_model_reward({"type": "prm", "prm": str(tmp_path)}, tokenizer=policy)
-    assert reward.model.expansion == 2 and reward.model.template_tokens > 0
+    assert reward.reads.expansion == 2 and reward.model.template_tokens > 0
     prompt, completion = "17+18+11=?\n", "17+18=35\n35+11=46\n#### 46"
     lengths = [len(policy(t, add_special_tokens=False)["input_ids"]) for t in (prompt, completion)]
     assert lengths == [8, 18]  # 11 and 26 PRM characters: more PRM tokens than policy tokens

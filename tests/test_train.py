@@ -574,7 +574,7 @@ def test_meter_matches_flop_counter(tiny_base, tiny_prm, tmp_path, monkeypatch, 
     """Every step's executed FLOPs, phase by phase, equal what torch counts around the same
     phases (race.flops.counter.count_flops: every SDPA kernel, and the in-place addmm_ of TRL's
     log-prob head backward) -- exactly, for batch reuse, a reference forward, gradient
-    checkpointing, a PRM reward and each rollout engine (race.grpo.rollout: the merge's own
+    checkpointing, a PRM reward and each rollout engine (race.core.engines: the merge's own
     matmuls, a static cache's full-length attention). The model FLOPs of every learning row are
     the analytic count of its rows' real tokens, the head at their completion positions."""
     from race.flops import analytic as F

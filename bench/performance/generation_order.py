@@ -1,10 +1,11 @@
 """Length-sorted batching vs the caller's order for sampled evaluation, side by side.
 
     python bench/performance/generation_order.py [--policy results/base/size~mini]
-        [--adapter DIR]
+        [--adapter DIR] [--engine fused]
 
 Generates sampled_pass1's workload (the first ``--prompts`` eval-in prompts x ``--samples`` at
-temperature 1, batches of ``--batch-size``, one thread) with ``generate(length_sorted=True)``
+temperature 1, batches of ``--batch-size``, one thread, decoded by ``--engine``: the default
+study's) with ``generate(length_sorted=True)``
 and ``length_sorted=False``, alternating for ``--rounds`` rounds, and prints each round's wall
 seconds, the median ratio sorted / caller order, and the decode steps each batching ran
 (model FLOPs are the same; executed FLOPs follow the decode steps). Needs the default study's
@@ -17,6 +18,7 @@ import time
 
 import torch
 
+from race.core.engines import ROLLOUT_ENGINES
 from race.data.task import load_jsonl
 from race.evaluation.snapshot import load_snapshot
 from race.policy.generation import generate
@@ -27,6 +29,7 @@ def main() -> None:
     parser.add_argument("--policy", default="results/base/size~mini")
     parser.add_argument("--adapter", default=None, help="a rung's adapter folder (merged)")
     parser.add_argument("--data", default="results/data/eval_in.jsonl")
+    parser.add_argument("--engine", default="fused", choices=ROLLOUT_ENGINES)
     parser.add_argument("--prompts", type=int, default=400)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=256)
@@ -41,7 +44,8 @@ def main() -> None:
     for r in range(args.rounds):
         for sort in (False, True) if r % 2 == 0 else (True, False):
             t0 = time.perf_counter()
-            gens = generate(snap.model, snap.tokenizer, prompts, max_new_tokens=args.max_new_tokens,
+            gens = generate(snap.model, snap.tokenizer, prompts, engine=args.engine,
+                            max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size, do_sample=True, seed=r,
                             num_return_sequences=args.samples, length_sorted=sort)
             walls[sort].append(time.perf_counter() - t0)

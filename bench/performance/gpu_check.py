@@ -1,6 +1,6 @@
 """The GPU path in one short run: where ``race train`` computes, FLOP fidelity on CUDA, speed.
 
-    python bench/performance/gpu_check.py [--steps 6] [--rounds 2] [--cpu]
+    python bench/performance/gpu_check.py [--steps 6] [--rounds 2] [--cpu] [--rates FILE]
 
 On a bare GPU machine: ``bash bench/performance/run_gpu_check.sh`` (DEVELOPERS.md). Sized to
 finish within 6 minutes on one GPU (every part prints its elapsed seconds). Without a visible
@@ -8,7 +8,10 @@ GPU it prints "no GPU" and what it did not measure, and exits 0. ``--cpu`` runs 
 the CPU at a tiny scale instead (the ladder's micro policy, short sequences, float32): that is
 how the tests run every code path of this script without a GPU; its numbers say nothing about
 a GPU. A part that raises prints its traceback and the others still run; the script then
-exits 1.
+exits 1. ``--rates FILE`` writes the model FLOP/s it measured as a rates file for ``race
+check-config --rates`` (race.study.hours.write_rates): rollout (the counted run's engine),
+learning and reward over step 2 of part 2, evaluation over part 3's ``race evaluate`` (model
+loading included) -- small batches, so below what a study's larger batches sustain.
 
 Prints, in order (nothing is asserted):
 
@@ -279,8 +282,9 @@ def _mfu(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def counted_step(root: Path, base: Path, prm: Path, device: str, dtype: str) -> None:
-    """Part 2 of the module docstring: a 2-step ``race train`` run, its first step counted."""
+def counted_step(root: Path, base: Path, prm: Path, device: str, dtype: str) -> dict:
+    """Part 2 of the module docstring: a 2-step ``race train`` run, its first step counted.
+    Returns step 2's model FLOP/s per phase (its model FLOPs over its seconds)."""
     import race.grpo.run as rt
     from race.core.cells import PERF
     from race.data.tokenizer import load_tokenizer
@@ -348,16 +352,19 @@ def counted_step(root: Path, base: Path, prm: Path, device: str, dtype: str) -> 
     else:
         print(f"  peak memory: {_gib(peak)} (torch.cuda.max_memory_allocated over both steps; "
               f"{_gib(before)} allocated before the run)", flush=True)
+    rates = {p: rows[(2, p)].model_flops / rows[(2, p)].wall_s for p in BUDGET_PHASES
+             if (2, p) in rows and rows[(2, p)].model_flops > 0 and rows[(2, p)].wall_s > 0}
     max_prompt = rt._dataset(job.train_data, load_tokenizer(job.base))[1]
     estimate = memory_estimate(job, max_prompt)
     if estimate is None:
         print("  memory estimate: not available (no race.study.memory)", flush=True)
-        return
+        return rates
     parts = ", ".join(f"{k} {_gib(v)}" for k, v in estimate.parts.items())
     print(f"  memory estimate (race.study.memory.train_job_memory, longest prompt {max_prompt} "
           f"tokens): {_gib(estimate.total)} ({parts})"
           + ("" if peak is None else f"; measured / estimate {peak / estimate.total:.3f}"),
           flush=True)
+    return rates
 
 def fidelity(device: str) -> None:
     values = known_configs.config_dict(REFERENCE) if device != "cpu" else flop_configs()["micro"]
@@ -400,11 +407,37 @@ def rollout(base: Path, device: str, dtype: torch.dtype) -> None:
           f"{seconds['dynamic'] / seconds['static']:.2f}x, same tokens: {same}")
 
 
+def write_measured_rates(path: Path, measured: dict, job: TrainJob, device: str,
+                         dtype: str) -> None:
+    """The rates this run measured, as a rates file (race.study.hours.write_rates)."""
+    from race.study.hours import engine_name, write_rates
+
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    lengths, cap = COUNTED_SHAPES[device]
+    a = COUNTED_ALLOC
+    policy = "the ladder's micro" if device == "cpu" else "Qwen2.5-0.5B (random init)"
+    where = (f"bench/performance/gpu_check.py{' --cpu' if device == 'cpu' else ''}: race "
+             f"train step 2 of {a['prompts_per_step']} x "
+             f"{a['num_generations']} rows, prompts up to {max(lengths)} + completions up to "
+             f"{cap} tokens, {policy}, {dtype}, a tiny PRM reward; race evaluate of a few "
+             "prompts, loading included")
+    engine = engine_name(job.rollout_engine)
+    rollout = {engine: measured["rollout"]} if "rollout" in measured else None
+    write_rates(path, device=name, measured=where, rollout=rollout,
+                learning=measured.get("learning"), reward=measured.get("reward"),
+                eval=measured.get("eval"))
+    print(f"rates file {path}: " + ", ".join(f"{p} {v:.3g}" for p, v in measured.items())
+          + " model FLOP/s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="steps per paired run")
     parser.add_argument("--rounds", type=int, default=2, help="paired rounds")
     parser.add_argument("--cpu", action="store_true", help="every part on the CPU, tiny")
+    parser.add_argument("--rates", type=Path, metavar="FILE",
+                        help="write the measured model FLOP/s per phase (race check-config "
+                             "--rates)")
     args = parser.parse_args()
     if args.steps < 4:  # the first 2 steps of every run are warm-up, not timed
         parser.error("--steps must be at least 4")
@@ -443,7 +476,9 @@ def main() -> None:
                        dtype=dtype, device=device)
         prm = tiny_prm(root, base)
 
-        part("counted step", lambda: counted_step(root, base, prm, device, dtype))
+        measured: dict = {}
+        part("counted step", lambda: measured.update(counted_step(root, base, prm, device,
+                                                                  dtype)))
 
         def placements():
             spy = replace(job, run_dir=str(root / "spy"), gradient_checkpointing=True,
@@ -460,6 +495,8 @@ def main() -> None:
                 print(f"  {name}: {sorted(placed)}", flush=True)
             print("  " + ", ".join(f"{t} {r['acc']:.3f}" for t, r in payload["targets"].items()
                                    if r.get("acc") is not None), flush=True)
+            if payload["wall_s"] > 0:
+                measured["eval"] = payload["executed_total"]["model"] / payload["wall_s"]
 
         def fidelity_part():
             print("FLOP fidelity (FlopCounterMode / analytic executed):", flush=True)
@@ -480,6 +517,9 @@ def main() -> None:
         part("FLOP fidelity", fidelity_part)
         part("race train vs TRL", against_trl)
         part("rollout", rollout_part)
+        if args.rates is not None:
+            part("rates file", lambda: write_measured_rates(args.rates, measured, job, device,
+                                                            dtype))
     print(f"gpu_check: {time.perf_counter() - t0:.0f} s"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
     if failed:

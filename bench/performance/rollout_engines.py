@@ -1,4 +1,4 @@
-"""Rollout engines side by side (race.grpo.rollout): generation tokens/s and the ``race train``
+"""Rollout engines side by side (race.core.engines): generation tokens/s and the ``race train``
 step time of each engine, per ladder size on the CPU, and on the Qwen2.5-0.5B architecture on
 CUDA when a GPU is visible. Prints each engine's speed-up over ``peft``.
 
@@ -34,10 +34,9 @@ import torch
 import transformers
 
 from bench.common import ALLOC, REFERENCE, race_run, reference_policy, tiny_study
+from race.core.engines import ENGINES, ROLLOUT_ENGINES, static_cache_len
 from race.core.jobs import TrainJob
-from race.core.specs import ROLLOUT_ENGINES, merges
-from race.grpo.rollout import merged_weights, static_cache_len
-from race.policy.decoder import FusedDecoder
+from race.policy.engines import decoder_class, generate_kwargs, generation_weights
 
 
 def adapted(base: Path, device: str, dtype: torch.dtype):
@@ -73,21 +72,20 @@ def prompt_batch(base: Path, data: Path, rows: int, device: str, prompt: int | N
     return batch["input_ids"].to(device), batch["attention_mask"].to(device)
 
 
-def generation_seconds(model, engine: str, ids, mask, new: int, device: str) -> float:
-    """One sampled ``generate`` of ``new`` tokens per row under ``engine``, in seconds."""
+def generation_seconds(model, name: str, ids, mask, new: int, device: str) -> float:
+    """One sampled ``generate`` of ``new`` tokens per row under engine ``name`` (as the
+    trainer generates: race.policy.engines), in seconds."""
+    spec = ENGINES[name]
     kwargs = dict(max_new_tokens=new, min_new_tokens=new, do_sample=True, temperature=1.0,
-                  top_k=0, top_p=1.0, pad_token_id=model.config.pad_token_id)
-    if engine == "static":
-        kwargs.update(cache_implementation="static",
-                      max_cache_len=static_cache_len(ids.shape[1], new))
-    weights = merged_weights(model, adapters_off=engine != "fused") if merges(engine) \
-        else contextlib.nullcontext()
+                  top_k=0, top_p=1.0, pad_token_id=model.config.pad_token_id,
+                  **generate_kwargs(spec, device, static_cache_len(ids.shape[1], new)))
+    decoder = decoder_class(spec)
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    with torch.no_grad(), weights:
-        if engine == "fused":  # no EOS: every call decodes the same width, as min_new_tokens
-            FusedDecoder(model.get_base_model()).generate(
+    with torch.no_grad(), generation_weights(model, spec):
+        if decoder is not None:  # no EOS: every call decodes the same width, as min_new_tokens
+            decoder(model.get_base_model()).generate(
                 ids, mask, max_new_tokens=new, do_sample=True, eos_token_ids=[],
                 pad_token_id=model.config.pad_token_id)
         else:

@@ -10,6 +10,8 @@ from race.cli import invocation
 from race.core import cells as C
 from race.core import jobs as J
 from race.core.outputs import read_output, set_aside_corrupt
+from race.policy.gpus import ENV as GPU_ENV
+from race.policy.gpus import local_slots
 from race.study import builders as B
 from race.study import config as S
 from race.study.inputs import check_rung_snapshots
@@ -61,6 +63,22 @@ shell.prefix(
     "set -euo pipefail; race() {{ {RACE} \"$@\"; }}; "
     "export RACE_TRAIN_RUN_OPTIONS={TRAIN_RUN_OPTIONS:q}; "
 )
+# GPU jobs on the local executor (race.policy.gpus). Snakemake limits a resource only where it
+# is given a total, so the workflow gives gpu one -- the GPUs it may use (resources.gpus, else
+# the visible ones) times resources.jobs_per_gpu -- unless --resources gpu=N (command line or
+# profile) already does, and hands each GPU job its own device through the environment the
+# local jobs inherit. Not where Snakemake counts nodes (workflow.nodes: the --jobs a cluster
+# executor requires; the cluster places GPUs) nor in a cluster job (not the main process).
+GPU_SLOTS = None
+if workflow.is_main_process and workflow.nodes is None:
+    GIVEN_GPUS = workflow.global_resources.get("gpu").value  # --resources gpu=N, else None
+    GPU_SLOTS = local_slots(STUDY.resources, os.path.abspath(os.path.join(R, ".gpus")),
+                            GIVEN_GPUS)
+    if GPU_SLOTS is not None and GIVEN_GPUS is None:
+        workflow.register_resource("gpu", GPU_SLOTS.cap)
+    os.environ.pop(GPU_ENV, None)
+    if GPU_SLOTS is not None:
+        os.environ[GPU_ENV] = GPU_SLOTS.to_env()
 # The content-derived path of one cell (docs/design.md): run folder, MLflow run name, run_key.
 CELL = "size~{size}/reward~{reward}/alloc~{alloc}/seed~{seed}"
 GRID = STUDY.grid_cells()

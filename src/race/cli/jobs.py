@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, cell_help: str,
@@ -56,6 +57,13 @@ def load_job(verb: str, args: argparse.Namespace):
     # The whole job at the top of the job's log (the workflow sends stdout there): the console
     # shows the rule and the cell, not this JSON (profiles/default prints no shell commands).
     print(f"race {verb}: job {jobs.to_json(job)}", flush=True)
+    # A job of a local workflow whose GPU jobs share the GPUs: its own device, claimed before
+    # torch starts CUDA (race.policy.gpus); nothing for any other job.
+    from race.policy.gpus import claim_devices
+
+    if (devices := claim_devices(verb)) is not None:
+        print(f"race {verb}: holds GPU {','.join(devices)} (CUDA_VISIBLE_DEVICES="
+              f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')})", flush=True)
     import torch
 
     torch.set_num_threads(max(1, args.threads))

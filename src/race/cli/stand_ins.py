@@ -1,6 +1,7 @@
 """``race stand-ins``: write the rehearsal's offline stand-ins for the hub (race.study.stand_ins):
-GSM8K-format data, two tiny Qwen2 policies with a byte-level BPE tokenizer, and a PRM in the
-Qwen2.5-Math-PRM layout. ``configs/rehearsal.yaml`` names them under results-rehearsal/hub."""
+GSM8K-format data, a tiny Qwen2 policy on Qwen2.5's real tokenizer, and a PRM in the
+Qwen2.5-Math-PRM layout on the same vocabulary. ``configs/rehearsal.yaml`` names them under
+results-rehearsal/hub."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ HELP = "write the rehearsal's stand-in data, policies and PRM (offline)"
 
 def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="output folder, e.g. results-rehearsal/hub")
-    p.add_argument("--seed", type=int, default=0, help="data, tokenizer and init seed")
+    p.add_argument("--seed", type=int, default=0, help="data and init seed")
 
 
 def run(args) -> int:

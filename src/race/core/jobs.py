@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 
+from race.core.engines import DECODE_DEFAULT
 from race.core.schema import default
 from race.core.specs import (
     Allocation,
@@ -58,12 +59,12 @@ class TrainJob:
     gradient_checkpointing: bool = _training("gradient_checkpointing")
     dtype: str = _training("dtype")
     micro_batch_rows: int | None = None  # None: one micro-batch
-    rollout_engine: str | None = None  # None: peft (race.grpo.rollout)
+    rollout_engine: str = _training("rollout_engine")  # race.core.engines
     device: str = default("device")
     results_dir: str = default("results_dir")
     tags: dict = field(default_factory=dict)
     # hub id -> revision, for the hub ids it loads (base, the reward's model): see
-    # race.core.references. Left out of the JSON while empty (OMIT_EMPTY).
+    # race.core.references. Left out of the JSON while empty (OMIT_DEFAULT).
     revisions: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -117,8 +118,11 @@ class EvalJob:
     run_dir: str | None = None  # the cell's run folder (its mlflow_run_id)
     study: str = "race"
     # hub id -> revision, for the hub ids it loads (policy, reward model, PRM): see
-    # race.core.references. Left out of the JSON while empty (OMIT_EMPTY).
+    # race.core.references. Left out of the JSON while empty (OMIT_DEFAULT).
     revisions: dict[str, str] = field(default_factory=dict)
+    # How it decodes (race.core.engines): the builder's eval.engine, else the training
+    # engine; left out of the JSON while DECODE_DEFAULT (OMIT_DEFAULT).
+    engine: str = DECODE_DEFAULT
 
 
 @dataclass
@@ -164,6 +168,8 @@ class PrmSamplesJob:
     sample_batch_size: int = default("prm", "sample_batch_size")
     seed: int = default("prm", "seed")
     device: str = default("device")
+    # How the policies decode (race.core.engines), as an EvalJob's engine (OMIT_DEFAULT).
+    engine: str = DECODE_DEFAULT
 
 
 JOBS = {"train": TrainJob, "evaluate": EvalJob, "pretrain": PretrainJob, "prm": PrmJob,
@@ -178,11 +184,12 @@ CELL_FREE = ("prm-samples",)
 #: cell of a study.
 RUN_OPTIONS = {"train": ("mlflow", "save_every", "max_steps_per_run")}
 _SPECS = {EvalJob: EvalSpec, PretrainJob: PretrainSpec, PrmJob: PRMSpec}
-#: Fields a job's JSON leaves out while they are empty (:func:`from_json` restores their
-#: default): a job that pins no hub revision and cuts no micro-batches keeps the JSON, hence
-#: the Snakemake params (no rerun of an existing study) and the run fingerprint, it had
-#: before those fields existed.
-OMIT_EMPTY = ("revisions", "micro_batch_rows", "rollout_engine", "samples")
+#: Fields a job's JSON (and a spec's inside it) leaves out while they hold their default
+#: (:func:`from_json` restores it): a job that pins no hub revision, cuts no micro-batches,
+#: generates with the default engine (or, evaluating, decodes as jobs did before engines
+#: were configurable) keeps the JSON, hence the Snakemake params (no rerun of an existing
+#: study) and the run fingerprint, it had before those fields existed.
+OMIT_DEFAULT = ("revisions", "micro_batch_rows", "rollout_engine", "samples", "engine")
 
 
 # --------------------------------------------------------------------------- JSON
@@ -190,10 +197,24 @@ OMIT_EMPTY = ("revisions", "micro_batch_rows", "rollout_engine", "samples")
 
 def to_json(job, without: tuple[str, ...] = ()) -> str:
     """The job as JSON (what ``race <verb> --job`` reads), less the fields ``without`` and
-    the empty ones of :data:`OMIT_EMPTY`."""
+    those of :data:`OMIT_DEFAULT` at their default."""
     payload = {name: getattr(job, name) for name in _field_names(type(job))
-               if name not in without and (name not in OMIT_EMPTY or getattr(job, name))}
+               if name not in without and not omitted(job, name)}
     return json.dumps(payload, sort_keys=True, default=as_dict)
+
+
+def omitted(obj, name: str) -> bool:
+    """Whether field ``name`` of the job or spec ``obj`` stays out of its JSON: one of
+    :data:`OMIT_DEFAULT` holding its default."""
+    defaults = _defaults(type(obj))
+    return name in defaults and getattr(obj, name) == defaults[name]
+
+
+@functools.cache
+def _defaults(cls) -> dict:
+    """The defaults of ``cls``'s fields named in :data:`OMIT_DEFAULT`."""
+    return {f.name: f.default if f.default is not MISSING else f.default_factory()
+            for f in fields(cls) if f.name in OMIT_DEFAULT}
 
 
 def params_json(verb: str, job) -> str:
@@ -227,7 +248,8 @@ def as_dict(value):
     if isinstance(value, RewardSpec):
         return value.to_dict()
     if is_dataclass(value):
-        return {name: getattr(value, name) for name in _field_names(type(value))}
+        return {name: getattr(value, name) for name in _field_names(type(value))
+                if not omitted(value, name)}
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 

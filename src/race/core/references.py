@@ -70,6 +70,14 @@ def resolve_commit(repo_id: str, revision: str | None = None,
     files; a 40-hex revision is the commit itself. (``try_to_load_from_cache`` resolves a
     ref the same way but answers with a file's path, not the commit; ``scan_cache_dir`` walks
     the whole cache.)"""
+    snapshot = local_snapshot(repo_id, revision, repo_type)
+    return None if snapshot is None else snapshot.name
+
+
+def local_snapshot(repo_id: str, revision: str | None = None,
+                   repo_type: str = "model") -> Path | None:
+    """The folder of the cached snapshot :func:`resolve_commit` finds (``snapshots/<commit>``),
+    or None; nothing is downloaded."""
     from huggingface_hub import constants
     from huggingface_hub.file_download import repo_folder_name
 
@@ -77,9 +85,8 @@ def resolve_commit(repo_id: str, revision: str | None = None,
     repo = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type=repo_type)
     ref = repo / "refs" / revision
     commit = ref.read_text().strip() if ref.is_file() else revision
-    if COMMIT.match(commit) and (repo / "snapshots" / commit).is_dir():
-        return commit
-    return None
+    snapshot = repo / "snapshots" / commit
+    return snapshot if COMMIT.match(commit) and snapshot.is_dir() else None
 
 
 def hub_references(specs: Iterable, revisions: Mapping[str, str] | None,

@@ -13,7 +13,7 @@ between keys. A section with a key the dataclass does not know is an error namin
 The lists every stage shares live here once, read off the schema's enums: :data:`TARGETS`
 (evaluation targets, in report order), :data:`ALL_PROJECTIONS`, :data:`PRM_AGGREGATES`,
 :data:`DEVICES`, :data:`ATTN_IMPLEMENTATIONS`; the
-FLOP phases are :mod:`race.flops.ledger`'s.
+FLOP phases are :mod:`race.flops.ledger`'s, the rollout engines :mod:`race.core.engines`'.
 """
 
 from __future__ import annotations
@@ -34,24 +34,6 @@ PRM_AGGREGATES: tuple[str, ...] = tuple(properties("eval")["prm_aggregate"]["enu
 DEVICES: tuple[str, ...] = tuple(schema()["properties"]["device"]["enum"])
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = tuple(
     properties("training")["attn_implementation"]["enum"])
-#: How a policy generates its rollouts (race.grpo.rollout); unset: the first, peft.
-ROLLOUT_ENGINES: tuple[str, ...] = tuple(
-    e for e in properties("training")["rollout_engine"]["enum"] if e is not None)
-
-
-def rollout_engine(name: str | None) -> str:
-    """The engine ``training.rollout_engine`` names (None: ``peft``)."""
-    engine = name or ROLLOUT_ENGINES[0]
-    if engine not in ROLLOUT_ENGINES:
-        raise ValueError(f"rollout_engine must be one of {ROLLOUT_ENGINES}, got {name!r}")
-    return engine
-
-
-def merges(engine: str | None) -> bool:
-    """Whether the engine generates from merged weights (every engine but peft)."""
-    return rollout_engine(engine) != "peft"
-
-
 def _check_against_schema(spec, *sections: str) -> None:
     """Every field of ``spec`` that is a key of one of ``sections`` (the first that has it)
     against the schema (:func:`race.core.schema.check`); None is an optional key left unset."""
@@ -258,7 +240,7 @@ class TrainingSpec(_Section):
     gradient_checkpointing: bool = _train("gradient_checkpointing")
     dtype: str = _train("dtype")
     micro_batch_rows: int | None = None  # None (unset): the step's rows at once
-    rollout_engine: str | None = None  # None (unset): peft (race.grpo.rollout)
+    rollout_engine: str = _train("rollout_engine")  # race.core.engines
 
     def __post_init__(self):
         object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
@@ -355,6 +337,7 @@ class EvalSpec(_Section):
     verifier: str = _eval("verifier")
     batch_size: int = _eval("batch_size")
     seed: int = _eval("seed")
+    engine: str | None = None  # None (unset): training.rollout_engine (race.core.engines)
     merge_adapter: bool = _eval("merge_adapter")
     attn_implementation: str = _eval("attn_implementation")
     bootstrap_reps: int = _eval("bootstrap_reps")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from race.core.atomic import write_json_atomic
+from race.core.engines import DECODE_DEFAULT
 from race.core.specs import EvalSpec, RewardSpec
 from race.data.task import Record, load_jsonl
 from race.evaluation.feedback_models import FeedbackModels
@@ -66,7 +67,8 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
              reward: RewardSpec | dict | Callable | None = None,
              prm: str | Path | Any | None = None,
              results_dir: str | Path = "results", dtype: str = "float32",
-             device: str = "auto", feedback_models: FeedbackModels | None = None) -> dict:
+             device: str = "auto", feedback_models: FeedbackModels | None = None,
+             engine: str | None = None) -> dict:
     """Evaluate one snapshot on every target of ``spec``; returns (and writes to ``out``) the
     ``eval.json`` payload.
 
@@ -77,10 +79,14 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
     config's ``device`` (:mod:`race.policy.device`), for the policy and its feedback models.
     ``feedback_models``: the job's cache of loaded feedback models (:class:`FeedbackModels`),
     shared by every snapshot of a job; None: one for this call, where ``prm`` and ``reward``
-    naming the same model with the same options still share one instance.
+    naming the same model with the same options still share one instance. ``engine``: the
+    rollout engine that decodes (race.core.engines; the job's), None: ``spec.engine``, else
+    :data:`race.core.engines.DECODE_DEFAULT`; the adapter is merged (or not) on ``device`` by
+    ``spec.merge_adapter`` whatever the engine.
     """
     t0 = time.perf_counter()
     spec = spec or EvalSpec()
+    engine = engine or spec.engine or DECODE_DEFAULT
     rung = rung_info(adapter)  # before any compute: a damaged ledger fails here, by name
     device = prepare_device(device, dtype)
     # Read only the splits the targets use (an in-distribution-only data folder is enough).
@@ -93,7 +99,8 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
     scorer, prm_name = _resolve_prm(prm, spec, results_dir, device, models, snap.tokenizer)
     reward_fn, reward_desc = _resolve_reward(reward, spec, snap.tokenizer, results_dir, device,
                                              models)
-    evaluator = Evaluator(snap, eval_in, eval_ood, spec, prm=scorer, reward=reward_fn)
+    evaluator = Evaluator(snap, eval_in, eval_ood, spec, prm=scorer, reward=reward_fn,
+                          engine=engine)
     results = evaluator.run()
     payload = {
         "format": EVAL_FORMAT,
@@ -103,7 +110,8 @@ def evaluate(policy: str | Path, data_dir: str | Path, out: str | Path | None = 
         "adapter_merged": snap.merged,
         "lora_flops_charged": snap.lora is not None,
         "rung": rung,
-        "settings": {**asdict(spec), "targets": list(spec.targets), "prm": prm_name,
+        "settings": {**asdict(spec), "targets": list(spec.targets), "engine": engine,
+                     "prm": prm_name,
                      "reward": reward_desc, "sample_sharing": _sharing_note(spec)},
         "targets": {t: r.to_json() for t, r in results.items()},
         "charged_total": flops_json(add_flops(*(r.flops for r in results.values()))),
@@ -147,7 +155,7 @@ def run_evaluation(job):
         payload = evaluate(job.policy, job.data_dir, snapshot.out, spec,
                            adapter=snapshot.adapter, reward=job.reward, prm=job.prm,
                            results_dir=job.results_dir, dtype=job.dtype, device=job.device,
-                           feedback_models=models)
+                           feedback_models=models, engine=job.engine)
         if job.mlflow is not None and job.mlflow.enabled and snapshot.adapter is not None:
             from race.tracking.eval_metrics import log_to_mlflow
 

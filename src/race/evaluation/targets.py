@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from race.core.engines import DECODE_DEFAULT
 from race.core.specs import EvalSpec
 from race.data.task import (
     FAILURES,
@@ -30,7 +31,7 @@ from race.evaluation.metrics import (
 )
 from race.evaluation.snapshot import Snapshot
 from race.flops import analytic as flops
-from race.flops.meter import PhaseFlops
+from race.flops.meter import PhaseFlops, static_prefill_keys
 from race.policy.generation import length_order
 
 #: Seed salts: each sampled draw has its own random stream (see race.evaluation.eval_job).
@@ -100,25 +101,33 @@ def _binary_result(correct: list[bool], details: dict, **kw) -> TargetResult:
 # --------------------------------------------------------------------------- FLOPs
 
 
-def batch_flops(arch: flops.Arch, batches, lora: flops.LoraSpec | None = None) -> PhaseFlops:
-    """Generation FLOPs of ``race.policy.generation`` batches, from the shapes they really ran."""
+def batch_flops(arch: flops.Arch, batches, lora: flops.LoraSpec | None = None,
+                attn_implementation: str = "sdpa") -> PhaseFlops:
+    """Generation FLOPs of ``race.policy.generation`` batches, from the shapes they really ran
+    (a static cache's length included: every decode attends to all of it, the prefill too but
+    for SDPA on an unpadded batch, race.flops.meter.static_prefill_keys)."""
+    attention = "full" if attn_implementation == "eager" else "sdpa"
     model = executed = tokens = 0
     for b in batches:
         model += flops.batch_generate_flops(arch, b.prompt_lens, b.completion_lens, lora=lora)
         executed += flops.batch_generate_flops(
             arch, b.prompt_lens, b.completion_lens, executed=True, lora=lora,
-            padded_prompt_len=b.padded_prompt_len, generated_width=b.new_tokens_run)
+            padded_prompt_len=b.padded_prompt_len, generated_width=b.new_tokens_run,
+            cache_len=b.cache_len, prefill_keys=static_prefill_keys(
+                b.prompt_lens, b.padded_prompt_len, b.cache_len, attention))
         tokens += sum(b.completion_lens)
     return PhaseFlops(model, executed, tokens)
 
 
 def rebatched_flops(arch: flops.Arch, rows: Sequence[tuple[int, int]], batch_size: int,
-                    lora: flops.LoraSpec | None = None) -> PhaseFlops:
+                    lora: flops.LoraSpec | None = None, *, cache_len: int | None = None,
+                    attn_implementation: str = "sdpa") -> PhaseFlops:
     """Generation FLOPs of ``rows`` = (prompt_len, completion_len) generated on their own.
 
     Rows are batched as ``generate`` batches them (sorted by prompt length, ties in row order,
     ``batch_size`` at a time), each batch left-padded to its longest prompt and decoding until
-    its longest completion (what ``generate`` would run for these lengths). Model FLOPs do not
+    its longest completion (what ``generate`` would run for these lengths), with a static cache
+    of ``cache_len`` positions where the pool they come from had one. Model FLOPs do not
     depend on the batching.
     """
     ordered = [rows[i] for i in length_order([p for p, _ in rows])]
@@ -126,8 +135,8 @@ def rebatched_flops(arch: flops.Arch, rows: Sequence[tuple[int, int]], batch_siz
     for start in range(0, len(ordered), batch_size):
         chunk = ordered[start:start + batch_size]
         prompts, completions = [p for p, _ in chunk], [g for _, g in chunk]
-        batches.append(_Shapes(prompts, completions, max(prompts), max(completions)))
-    return batch_flops(arch, batches, lora)
+        batches.append(_Shapes(prompts, completions, max(prompts), max(completions), cache_len))
+    return batch_flops(arch, batches, lora, attn_implementation)
 
 
 @dataclass
@@ -138,6 +147,7 @@ class _Shapes:
     completion_lens: list[int]
     padded_prompt_len: int
     new_tokens_run: int
+    cache_len: int | None = None
 
 
 # --------------------------------------------------------------------------- answers
@@ -184,11 +194,12 @@ class SamplePool:
 class Evaluator:
     """Runs the targets of one snapshot. ``prm``: an object with ``score(prompts, completions,
     aggregate)`` and ``consume()`` (or None); ``reward``: a TRL-style reward function with
-    ``consume()`` (or None): a missing one skips its target, with the reason recorded."""
+    ``consume()`` (or None): a missing one skips its target, with the reason recorded.
+    ``engine``: the rollout engine that decodes (race.core.engines; an EvalJob's engine)."""
 
     def __init__(self, snapshot: Snapshot, eval_in: list[Record], eval_ood: list[Record],
-                 spec: EvalSpec, *, prm=None, reward=None):
-        self.snap, self.spec = snapshot, spec
+                 spec: EvalSpec, *, prm=None, reward=None, engine: str = DECODE_DEFAULT):
+        self.snap, self.spec, self.engine = snapshot, spec, engine
         self.eval_in, self.eval_ood = eval_in, eval_ood
         self.prm, self.reward = prm, reward
         self.is_correct, self.answer_key = verifier(spec.verifier)
@@ -200,11 +211,16 @@ class Evaluator:
                   temperature: float | None = None, salt: int = 0):
         from race.policy.generation import generate
 
-        return generate(self.snap.model, self.snap.tokenizer, prompts,
+        return generate(self.snap.model, self.snap.tokenizer, prompts, engine=self.engine,
                         max_new_tokens=max_new_tokens, batch_size=self.spec.batch_size,
                         do_sample=temperature is not None,
                         temperature=1.0 if temperature is None else float(temperature),
                         seed=self.spec.seed * 1009 + salt, num_return_sequences=samples)
+
+    def _flops(self, batches) -> PhaseFlops:
+        """:func:`batch_flops` of batches this snapshot generated."""
+        return batch_flops(self.snap.arch, batches, self.snap.lora,
+                           self.spec.attn_implementation)
 
     def _charge(self, part: PhaseFlops) -> PhaseFlops:
         self.executed_total = add_flops(self.executed_total, part)
@@ -219,16 +235,19 @@ class Evaluator:
         pool = SamplePool(records, m, [gens.texts[i * m:(i + 1) * m] for i in range(len(records))],
                           [gens.rows[i * m:(i + 1) * m] for i in range(len(records))],
                           gens.batches, time.perf_counter() - t0)
-        self._charge(batch_flops(self.snap.arch, gens.batches, self.snap.lora))
+        self._charge(self._flops(gens.batches))
         return pool
 
     def pool_flops(self, pool: SamplePool, m: int, n_prompts: int | None = None) -> PhaseFlops:
         """The generation a target using the first ``m`` samples of the first ``n_prompts``
         prompts (None: all) needs alone."""
         if m == pool.per_prompt and n_prompts in (None, len(pool.records)):
-            return batch_flops(self.snap.arch, pool.batches, self.snap.lora)
+            return self._flops(pool.batches)
         return rebatched_flops(self.snap.arch, pool.prefix_rows(m, n_prompts),
-                               self.spec.batch_size, self.snap.lora)
+                               self.spec.batch_size, self.snap.lora,
+                               cache_len=max((b.cache_len or 0 for b in pool.batches),
+                                             default=0) or None,
+                               attn_implementation=self.spec.attn_implementation)
 
     # ------------------------------------------------------------------ targets
     def pass1(self, records: list[Record], max_new_tokens: int) -> TargetResult:
@@ -236,7 +255,7 @@ class Evaluator:
         t0 = time.perf_counter()
         gens = self._generate([r.prompt for r in records], max_new_tokens=max_new_tokens)
         correct = [self.is_correct(t, r.answer) for t, r in zip(gens.texts, records, strict=True)]
-        gen = self._charge(batch_flops(self.snap.arch, gens.batches, self.snap.lora))
+        gen = self._charge(self._flops(gens.batches))
         return _binary_result(correct, samples=len(records), generation=gen,
                               wall_s=time.perf_counter() - t0,
                               details={"max_new_tokens": max_new_tokens, "decoding": "greedy"})
@@ -318,7 +337,7 @@ class Evaluator:
         return TargetResult(
             mean([v for g in groups for v in g]), lo, hi, len(records), samples=len(texts),
             interval="bootstrap", correct=int(sum(map(sum, groups))),
-            generation=batch_flops(self.snap.arch, pool.batches, self.snap.lora),
+            generation=self._flops(pool.batches),
             wall_s=pool.wall_s + time.perf_counter() - t0, details=details)
 
     def _native_pool(self) -> tuple[SamplePool, PhaseFlops]:
@@ -333,7 +352,7 @@ class Evaluator:
                 and shared.per_prompt >= m):
             return shared.head(n, m), self.pool_flops(shared, m, n)
         _, pool = self._training_pool(n, m, "native_reward")
-        return pool, batch_flops(self.snap.arch, pool.batches, self.snap.lora)
+        return pool, self._flops(pool.batches)
 
     def native_reward(self) -> TargetResult:
         """The mean training reward of the policy's own samples at the training temperature

@@ -9,6 +9,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+#: The Qwen2.5-Math-PRM step separator: one token closing each step.
+QWEN_STEP_TOKEN = "<extra_0>"
+#: The system turn of the Qwen2.5-Math-PRM model card's usage example.
+QWEN_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+#: Per kind, the text closing each step (None: an ORM reads the raw text) and the score
+#: head the FLOP model prices (race.flops.analytic.reward_model_flops).
+SEPARATOR = {"token": "\n", "qwen_math": QWEN_STEP_TOKEN, "orm": None}
+HEAD = {"token": "token", "qwen_math": "prm_mlp", "orm": "sequence"}
+
 
 def model_kind(path: str | Path) -> str:
     """``token`` (ours), ``qwen_math`` or ``orm``, from config.json's ``architectures`` (and
@@ -33,3 +42,10 @@ def model_kind(path: str | Path) -> str:
                 return "qwen_math"
     raise ValueError(f"feedback model {path}: cannot tell its kind (architectures {archs}); "
                      "expected a token classifier, a sequence classifier or a Qwen-Math PRM")
+
+
+def num_labels(path: str | Path) -> int:
+    """The score head's labels, from config.json (``num_labels``, else ``id2label``; 2 when
+    neither is written, transformers' default)."""
+    config = json.loads((Path(path) / "config.json").read_text())
+    return int(config.get("num_labels") or len(config.get("id2label") or {}) or 2)

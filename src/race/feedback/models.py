@@ -56,13 +56,10 @@ in best-of-n; :meth:`FeedbackModel.consume` returns and resets them):
   padding the difference is exactly the masked upper triangle of the attention block;
 * tokens: real tokens the feedback model read.
 
-``reads`` (:class:`race.flops.meter.RewardReads`, the budget stop's price of a row): a row of
-P prompt and C completion policy tokens is at most ``e·(P + C) + s + t`` of its tokens, ``e``
-the most PRM tokens one policy token can become (measured over the policy's vocabulary when
-its tokenizer is given, else 1: same tokenization), ``s`` the separator appended to the last
-line and ``t`` the chat template's own tokens. It assumes the PRM tokenizer never splits a
-concatenation into more tokens than its pieces (true for character-level and byte-level BPE
-tokenizers in practice).
+``reads`` (:class:`race.flops.meter.RewardReads`, the budget stop's price of a row): at most
+``p·P + c·C + s + t`` of its tokens for P prompt and C completion policy tokens, measured by
+:mod:`race.feedback.reads` from the step formatting over the policy's vocabulary (``s`` the
+separator appended to the last line, ``t`` the chat template's own tokens).
 
 The Qwen-Math PRM is :mod:`race.feedback.qwen_math`; loading by name, path or hub id is
 :mod:`race.feedback.loading`; the rewards built on these models are :mod:`race.feedback.rewards`;
@@ -71,6 +68,7 @@ PRM training is :mod:`race.feedback.prm_training`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,14 +84,12 @@ from race.feedback.prm_data import (
     prm_text,
     step_positions,
 )
+from race.feedback.reads import measured_reads
 from race.feedback.scores import AGGREGATES, as_text
 from race.flops import analytic as flops
 from race.flops.meter import PhaseFlops, RewardReads
 from race.policy.device import resolve_device as policy_device
 
-QWEN_STEP_TOKEN = "<extra_0>"
-#: The system turn of the Qwen2.5-Math-PRM model card's usage example.
-QWEN_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 #: A policy vocabulary up to this size is probed whole at load (a character tokenizer); a
 #: larger one (a BPE vocabulary) only through the task probe and the per-call check.
 PROBE_VOCAB_LIMIT = 4096
@@ -175,7 +171,7 @@ class FeedbackModel:
         self.ledger = _Ledger(self.arch, self.head, num_labels, attn_implementation)
         self.template_tokens = template_tokens
         self.tokenize(probe_text(policy_tokenizer))  # fail at load, not mid-training
-        self.expansion = self._expansion(policy_tokenizer)
+        self.policy_tokenizer = policy_tokenizer
 
     # ------------------------------------------------------------------ checks
     def _separator_id(self) -> int | None:
@@ -209,16 +205,6 @@ class FeedbackModel:
         raise ValueError(f"feedback model {self.name}: its tokenizer does not cover the "
                          f"policy's text: {char!r} maps to the unknown token "
                          f"{self.tokenizer.unk_token!r}")
-
-    def _expansion(self, policy_tokenizer) -> int:
-        """Most tokens of this model per policy token (1 without a policy tokenizer)."""
-        if policy_tokenizer is None:
-            return 1
-        pieces = _vocabulary_texts(policy_tokenizer)
-        if self.separator is not None:  # newlines become separators in the step text
-            pieces += [p.replace(STEP_SEPARATOR, self.separator) for p in pieces]
-        lengths = self.tokenizer(pieces, add_special_tokens=False)["input_ids"] if pieces else []
-        return max([1] + [len(ids) for ids in lengths])
 
     # ------------------------------------------------------------------ scoring
     def _format(self, prompt: str, completion: str) -> tuple[str, int]:
@@ -275,13 +261,14 @@ class FeedbackModel:
         """FLOPs and tokens of the forwards since the last call (then reset to zero)."""
         return self.ledger.consume()
 
-    @property
+    @functools.cached_property
     def reads(self) -> RewardReads:
-        """What this model reads of a completion, at most (module docstring)."""
-        return RewardReads(self.ledger.arch, self.ledger.head, self.ledger.num_labels,
-                           expansion=self.expansion,
-                           appended=1 if self.separator is not None else 0,
-                           template=self.template_tokens)
+        """What this model reads of a row, at most (race.feedback.reads): measured once, on
+        first use, over the policy's vocabulary (a second or so on Qwen's)."""
+        return measured_reads(self.ledger.arch, self.ledger.head, self.ledger.num_labels,
+                              policy_tokenizer=self.policy_tokenizer,
+                              model_tokenizer=self.tokenizer, separator=self.separator,
+                              template=self.template_tokens)
 
 
 def _vocabulary_texts(tokenizer) -> list[str]:

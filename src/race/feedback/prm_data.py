@@ -26,6 +26,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from race.core.engines import DECODE_DEFAULT
 from race.data.task import (
     LINE_ERRORS,
     MARKER,
@@ -302,17 +303,18 @@ def shared_tokenizer(policies: Sequence[str]):
 
 def sample_completions(policies: Sequence[str], prompts: list[str], *, per_prompt: int,
                        max_new_tokens: int, temperature: float, seed: int, batch_size: int,
-                       device: str = "cpu"):
+                       device: str = "cpu", engine: str = DECODE_DEFAULT):
     """``per_prompt`` sampled completions per prompt from every base policy (grouped by
     prompt, policies in order) and the generation FLOPs of sampling as a ``PhaseFlops``:
     KV-cached ``generate`` (:func:`race.flops.analytic.batch_generate_flops`), model = real
     prompt and completion tokens, executed = the left-padded batches as they ran; tokens =
-    completion tokens generated. The policies sample on ``device`` (``cpu`` or ``cuda``)."""
+    completion tokens generated. The policies sample on ``device`` (``cpu`` or ``cuda``),
+    decoded by the rollout engine ``engine`` (race.core.engines)."""
     import torch
 
     from race.data.tokenizer import load_tokenizer
     from race.flops import analytic as flops
-    from race.flops.meter import PhaseFlops
+    from race.flops.meter import PhaseFlops, static_prefill_keys
     from race.policy.generation import generate
     from race.policy.ladder import load_policy
 
@@ -320,15 +322,19 @@ def sample_completions(policies: Sequence[str], prompts: list[str], *, per_promp
     model = executed = tokens = 0
     for policy_dir in policies:
         policy = load_policy(policy_dir, dtype=torch.float32).to(device)
-        gens = generate(policy, load_tokenizer(policy_dir), prompts, do_sample=True,
+        gens = generate(policy, load_tokenizer(policy_dir), prompts, engine=engine, do_sample=True,
                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                         num_return_sequences=per_prompt, batch_size=batch_size)
         arch = flops.Arch.from_config(policy.config)
+        eager = getattr(policy.config, "_attn_implementation", None) == "eager"
+        attention = "full" if eager else "sdpa"
         for b in gens.batches:
             model += flops.batch_generate_flops(arch, b.prompt_lens, b.completion_lens)
             executed += flops.batch_generate_flops(
                 arch, b.prompt_lens, b.completion_lens, executed=True,
-                padded_prompt_len=b.padded_prompt_len, generated_width=b.new_tokens_run)
+                padded_prompt_len=b.padded_prompt_len, generated_width=b.new_tokens_run,
+                cache_len=b.cache_len, prefill_keys=static_prefill_keys(
+                    b.prompt_lens, b.padded_prompt_len, b.cache_len, attention))
             tokens += sum(b.completion_lens)
         for i in range(len(prompts)):
             grouped[i] += gens.texts[i * per_prompt:(i + 1) * per_prompt]

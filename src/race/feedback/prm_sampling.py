@@ -19,6 +19,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from race.core.engines import DECODE_DEFAULT
+
 #: The ``prm:`` keys that decide the samples (what a ``race prm-samples`` job carries).
 SETTINGS = ("n_prompts", "samples_per_prompt", "temperature", "max_new_tokens",
             "sample_batch_size", "seed")
@@ -32,10 +34,12 @@ def settings_of(spec) -> dict:
 
 
 def draw_samples(policies: Sequence[str | Path], data_dir: str | Path, out_dir: str | Path,
-                 spec, device: str = "cpu") -> dict:
+                 spec, device: str = "cpu", engine: str = DECODE_DEFAULT) -> dict:
     """Sample the first ``spec.n_prompts`` train-split prompts from every base policy in
     ``policies`` and write the two files of the module docstring; returns the record.
-    ``spec``: anything with the :data:`SETTINGS` attributes."""
+    ``spec``: anything with the :data:`SETTINGS` attributes; ``engine``: the rollout engine
+    that decodes (race.core.engines: the job's), recorded beside the settings (not one of
+    them: another engine's samples differ by rounding, not in what a PRM learns from)."""
     from race.core.atomic import write_json_atomic
     from race.data.task import load_jsonl, write_jsonl
     from race.feedback.prm_data import sample_completions
@@ -48,13 +52,13 @@ def draw_samples(policies: Sequence[str | Path], data_dir: str | Path, out_dir: 
     samples, sampling = sample_completions(
         policies, [r.prompt for r in records], per_prompt=spec.samples_per_prompt,
         max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, seed=spec.seed,
-        batch_size=spec.sample_batch_size, device=device)
+        batch_size=spec.sample_batch_size, device=device, engine=engine)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(out / COMPLETIONS, ({"prompt": r.prompt, "completions": texts}
                                     for r, texts in zip(records, samples, strict=True)))
     record = {"phase": "pre", "policies": policies, "settings": settings_of(spec),
-              "prompts": len(records), "completions": sum(map(len, samples)),
+              "engine": engine, "prompts": len(records), "completions": sum(map(len, samples)),
               "model_flops": sampling.model, "executed_flops": sampling.executed,
               "tokens": sampling.tokens, "wall_s": round(time.perf_counter() - t0, 3)}
     write_json_atomic(out / RECORD, record, indent=2)  # last: its presence means complete

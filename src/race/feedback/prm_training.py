@@ -327,4 +327,4 @@ def run_prm_samples(job) -> dict:
     from race.policy.device import prepare_device
 
     return draw_samples(job.policies, job.data_dir, job.out_dir, job,
-                        device=prepare_device(job.device))
+                        device=prepare_device(job.device), engine=job.engine)

@@ -8,9 +8,9 @@ import torch
 
 from race.core.atomic import saving_weights
 from race.data.task import split_steps
+from race.feedback.conversation import conversation, template_tokens
+from race.feedback.kind import QWEN_STEP_TOKEN
 from race.feedback.models import (
-    QWEN_STEP_TOKEN,
-    QWEN_SYSTEM_PROMPT,
     FeedbackModel,
     check_loaded,
     quiet_transformers,
@@ -20,20 +20,6 @@ from race.feedback.models import (
 from race.feedback.prm_data import prm_text
 
 # --------------------------------------------------------------------------- Qwen-Math PRM
-
-
-def conversation(tokenizer, prompt: str, body: str) -> str:
-    """The model card's conversation: its system prompt, ``prompt`` as the user turn and
-    ``body`` (the steps, each closed by the separator) as the assistant turn."""
-    messages = [{"role": "system", "content": QWEN_SYSTEM_PROMPT},
-                {"role": "user", "content": prompt},
-                {"role": "assistant", "content": body}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
-
-
-def template_tokens(tokenizer) -> int:
-    """The tokens the conversation adds around a prompt and its steps."""
-    return len(tokenizer(conversation(tokenizer, "", ""), add_special_tokens=False)["input_ids"])
 
 
 class QwenMathPRMModule(torch.nn.Module):

@@ -22,7 +22,7 @@ says otherwise (the ``batch_*`` helpers sum over rows). Conventions:
   torch's fused SDPA kernel as torch's FLOP formulas count it: full block forward, and a
   backward of five block matmuls (recomputed scores, dP, dV, dQ, dK) whenever any of Q, K, V
   needs a gradient. Recomputation (gradient checkpointing) is included. Executed >= model, but
-  for a rollout from merged weights (race.grpo.rollout), which skips the adapter matmuls that
+  for a rollout from merged weights (race.policy.engines), which skips the adapter matmuls that
   model FLOPs charge and pays :func:`lora_merge_flops` instead.
 
 Backward follows autograd: a gradient is computed only for a tensor that depends on a

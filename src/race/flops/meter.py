@@ -9,9 +9,10 @@ What one optimizer step charges (one step = one generation batch slice; this pro
 rollout   a generation step only: ``model.generate`` of every completion by the policy with its
           adapters -- one prefill over the prompt, logits at the last position, then one cached
           decode per further token. Model FLOPs price it through the unmerged adapters whatever
-          the rollout engine (race.grpo.rollout), so a budget buys the same steps under every
-          engine; executed FLOPs follow the engine: a merged one runs no LoRA matmuls but merges
-          once per generation, a static KV cache attends to all its positions. Reuse steps
+          the rollout engine (race.core.engines), so a budget buys the same steps under every
+          engine; executed FLOPs follow the engine's entry: one that ``merges`` runs no LoRA
+          matmuls but merges once per generation, a ``static_cache`` one attends to all of the
+          cache's positions (the recorded shapes carry its length). Reuse steps
           (``num_iterations > 1``) generate nothing and charge no rollout.
 learning  every step: policy forward + backward over prompt + completion; gradient-checkpoint
           recompute when it is on. A generation step also charges the reference forward when
@@ -39,7 +40,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from race.core.specs import LoraSpec, merges
+from race.core.engines import DEFAULT_ENGINE, engine
+from race.core.specs import LoraSpec
 from race.flops import analytic as flops
 from race.flops.analytic import Arch
 
@@ -88,17 +90,29 @@ class PhaseFlops:
     tokens: int
 
 
+def static_prefill_keys(prompt_lens, padded_prompt_len: int, cache_len: int | None,
+                        attention: str) -> int | None:
+    """Keys of a static-cache prefill (None: a dynamic cache): the whole cache, but for SDPA
+    (``attention`` ``sdpa``) on a batch without padding, where transformers drops the mask for
+    ``is_causal`` and cuts the keys to the prompt (``integrations.sdpa_attention``)."""
+    if cache_len is None:
+        return None
+    unpadded = all(p == padded_prompt_len for p in prompt_lens)
+    return padded_prompt_len if attention == "sdpa" and unpadded else cache_len
+
+
 class StepMeter:
     """Charges the rollout and learning phases of a GRPO step for one policy."""
 
     def __init__(self, arch: Arch, lora: LoraSpec | None, *, beta: float, num_iterations: int,
                  grad_ckpt: bool = False, attn_implementation: str = "sdpa",
-                 head_all_positions: bool = True, rollout_engine: str = "peft"):
+                 head_all_positions: bool = True, rollout_engine: str = DEFAULT_ENGINE):
         self.arch = arch
         self.lora = lora
-        # Generating from merged weights (race.grpo.rollout): no LoRA matmuls while decoding,
-        # one merge per generation.
-        self.merged = merges(rollout_engine) and lora is not None
+        self.engine = engine(rollout_engine)  # race.core.engines
+        # Generating from merged weights: no LoRA matmuls while decoding, one merge per
+        # generation.
+        self.merged = self.engine.merges and lora is not None
         self.beta = beta
         self.num_iterations = num_iterations
         self.grad_ckpt = grad_ckpt
@@ -116,20 +130,11 @@ class StepMeter:
             self.arch, b.prompt_lens, b.completion_lens, executed=True,
             padded_prompt_len=b.padded_prompt_len, generated_width=b.completion_width,
             lora=None if self.merged else self.lora, cache_len=b.cache_len,
-            prefill_keys=self._static_prefill_keys(b))
+            prefill_keys=static_prefill_keys(b.prompt_lens, b.padded_prompt_len, b.cache_len,
+                                             self.executed_attention))
         if self.merged:
             executed += flops.lora_merge_flops(self.arch, self.lora)
         return PhaseFlops(model, executed, sum(b.completion_lens))
-
-    def _static_prefill_keys(self, b: BatchShapes) -> int | None:
-        """Keys of a static-cache prefill: the whole cache, but for SDPA on a batch without
-        padding, where transformers drops the mask for ``is_causal`` and cuts the keys to the
-        prompt (``integrations.sdpa_attention``)."""
-        if b.cache_len is None:
-            return None
-        unpadded = all(p == b.padded_prompt_len for p in b.prompt_lens)
-        return b.padded_prompt_len if self.executed_attention == "sdpa" and unpadded \
-            else b.cache_len
 
     # ------------------------------------------------------------------ learning
     def _executed_logits(self, g: int, width: int) -> int:
@@ -176,11 +181,12 @@ class StepMeter:
 
 @dataclass(frozen=True)
 class RewardReads:
-    """What a reward model reads of one completion, as a FLOP price: a row of ``P`` prompt and
-    ``C`` completion policy tokens is ``expansion * (P + C) + appended + template`` of its own
-    tokens (``expansion``: the most of its tokens one policy token becomes, 1 when both share
-    a tokenizer; ``appended``: the step separator closing the last line; ``template``: a chat
-    template's tokens), each priced by :func:`race.flops.analytic.reward_model_flops`."""
+    """What a reward model reads of one row, as a FLOP price: a row of ``P`` prompt and ``C``
+    completion policy tokens is ``prompt_expansion * P + expansion * C + appended + template``
+    of its own tokens (the expansions: the most of its tokens one policy token becomes, 1 when
+    both share a tokenizer; ``appended``: the step separator closing the last line;
+    ``template``: a chat template's tokens; race.feedback.reads measures them), each priced by
+    :func:`race.flops.analytic.reward_model_flops`."""
 
     arch: Arch
     head: str = "token"
@@ -188,9 +194,11 @@ class RewardReads:
     expansion: int = 1
     appended: int = 0
     template: int = 0
+    prompt_expansion: int = 1
 
     def tokens(self, prompt_len: int, completion_len: int) -> int:
-        return self.expansion * (prompt_len + completion_len) + self.appended + self.template
+        return (self.prompt_expansion * prompt_len + self.expansion * completion_len
+                + self.appended + self.template)
 
     def row_flops(self, prompt_len: int, completion_len: int) -> int:
         return flops.reward_model_flops(self.arch, self.tokens(prompt_len, completion_len),

@@ -68,7 +68,6 @@ from race.core.cells import DONE, PERF, format_budget, rung_dir
 from race.core.jobs import TrainJob
 from race.core.outputs import read_output
 from race.core.references import pinned
-from race.core.specs import rollout_engine
 from race.flops import analytic as flops
 from race.flops.ledger import BUDGET_PHASES, Ledger, LedgerRow
 from race.flops.meter import BatchShapes, StepMeter, generation_step_bound
@@ -128,7 +127,7 @@ class MeteredRun:
                                grad_ckpt=job.gradient_checkpointing,
                                attn_implementation=job.attn_implementation,
                                head_all_positions=not fused_head_is_compact(device),
-                               rollout_engine=rollout_engine(job.rollout_engine))
+                               rollout_engine=job.rollout_engine)
         # The bound of a generation step depends only on the worst case: computed once.
         self.generation_bound = generation_step_bound(
             self.meter, job.alloc.rows, max_prompt_len, job.alloc.max_completion_length,
@@ -511,7 +510,7 @@ def _build_trainer(run: MeteredRun, ready: Prepared, job: TrainJob, device: str)
         args=grpo_config(job, max_steps, device, ready.max_prompt),
         train_dataset=ready.dataset, processing_class=ready.tokenizer, peft_config=lora,
         callbacks=[budget_callback_class()(run)], recorder=run.recorder,
-        rollout_engine=rollout_engine(job.rollout_engine))
+        rollout_engine=job.rollout_engine)
     trainer.remove_callback(PrinterCallback)  # per-step dicts on stdout: metrics.jsonl has them
     return trainer, max_steps
 

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from race.core.atomic import saving_weights
-from race.core.specs import merges, rollout_engine
+from race.core.engines import DEFAULT_ENGINE, engine, static_cache_len
 from race.flops.meter import BatchShapes
 from race.grpo.adapter_card import canonical_adapter_config
 from race.grpo.resume import drop_older_checkpoints
-from race.grpo.rollout import merged_weights, static_cache_len
 
 
 @dataclass
@@ -73,14 +72,16 @@ def metered_trainer_class():
         """Records, per step, the shapes TRL ran and the wall time of each phase into
         ``recorder``."""
 
-        def __init__(self, *args, recorder: PhaseRecorder, rollout_engine: str = "peft",
+        def __init__(self, *args, recorder: PhaseRecorder, rollout_engine: str = DEFAULT_ENGINE,
                      **kwargs):
             self.recorder = recorder
-            self.rollout_engine = rollout_engine
+            self.engine = engine(rollout_engine)  # race.core.engines
             super().__init__(*args, **kwargs)
-            if rollout_engine == "fused":
-                self._check_fused()
-            if rollout_engine == "static" and self.accelerator.device.type == "cuda":
+            device = self.accelerator.device.type
+            self.engine.check_device(device)
+            if self.engine.decoder is not None:
+                self._check_decoder()
+            if device in self.engine.compile_on:
                 # TRL builds its generation config with disable_compile=True; a static cache
                 # is what lets generate compile its decode forward once.
                 self.generation_config.disable_compile = False
@@ -100,37 +101,39 @@ def metered_trainer_class():
                 self.recorder.current.rollout_s += self._clock() - t0
 
         def _generate_single_turn(self, prompt_ids, *args, **kwargs):
-            # The one place TRL calls generate: the engine's weights for its duration.
-            if not merges(self.rollout_engine):
-                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
-            if self.rollout_engine == "fused":
-                with merged_weights(self.model, adapters_off=False):
-                    return self._fused_generate(prompt_ids), None
-            with merged_weights(self.model):
+            # The one place TRL calls generate: the engine's weights for its duration
+            # (race.policy.engines), and its decoder in place of generate where it has one.
+            from race.policy.engines import generation_weights
+
+            with generation_weights(self.model, self.engine):
+                if self.engine.decoder is not None:
+                    return self._decoder_generate(prompt_ids), None
                 return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
-        def _check_fused(self) -> None:
+        def _check_decoder(self) -> None:
             """Before any step: TRL's regular generation path on one process, sampling at the
             temperature alone (what :func:`grpo_config` asks for and the decoder implements);
             anything else would be generated differently, so it is refused."""
-            from race.policy.decoder import check_supported, plain_sampling
+            from race.policy.engines import decoder_class
 
-            check_supported(self.model.config)
+            decoder = decoder_class(self.engine)
+            decoder.check_supported(self.model.config)
             plain = (self.top_k == 0 and self.top_p == 1.0 and self.args.generation_kwargs is None
-                     and self.pad_to_multiple_of is None and plain_sampling(self.generation_config))
+                     and self.pad_to_multiple_of is None
+                     and decoder.plain_sampling(self.generation_config))
             if not plain or self.use_vllm or self.use_transformers_continuous_batching \
                     or self.accelerator.num_processes > 1:
-                raise ValueError("the fused rollout engine replaces TRL's regular generate on "
-                                 "one process, sampling at top_k 0 and top_p 1 with no other "
-                                 "logits processor")
+                raise ValueError(f"the {self.engine.name} rollout engine replaces TRL's regular "
+                                 "generate on one process, sampling at top_k 0 and top_p 1 "
+                                 "with no other logits processor")
 
-        def _fused_generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
-            """TRL's regular generation path with race.policy.decoder in place of
-            ``generate``: prompts left-padded, completions cut after their first EOS (kept),
-            as TRL returns them (:meth:`_check_fused` holds)."""
+        def _decoder_generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
+            """TRL's regular generation path with the engine's decoder (race.policy.decoder)
+            in place of ``generate``: prompts left-padded, completions cut after their first
+            EOS (kept), as TRL returns them (:meth:`_check_decoder` holds)."""
             from trl.trainer.utils import pad
 
-            from race.policy.decoder import FusedDecoder
+            from race.policy.engines import decoder_class
             from race.policy.generation import completion_lengths
 
             device = self.accelerator.device
@@ -138,7 +141,7 @@ def metered_trainer_class():
             rows = [torch.tensor(p) for p in prompt_ids]
             ids = pad(rows, padding_value=pad_id, padding_side="left").to(device)
             mask = pad([torch.ones_like(r) for r in rows], padding_side="left").to(device)
-            decoder = FusedDecoder(self.model.get_base_model())
+            decoder = decoder_class(self.engine)(self.model.get_base_model())
             new = decoder.generate(ids, mask, max_new_tokens=self.max_completion_length,
                                    do_sample=True, temperature=self.temperature,
                                    eos_token_ids=self.eos_token_ids, pad_token_id=pad_id)
@@ -149,9 +152,9 @@ def metered_trainer_class():
         def _static_cache_len(self) -> int | None:
             """Positions of the static KV cache the last generate ran with (transformers keeps
             the largest it has built on the model), None under a dynamic cache."""
-            if self.rollout_engine != "static":
-                return None
-            return getattr(self.model.get_base_model(), "_previous_max_cache_length", None)
+            from race.policy.engines import cache_len_of
+
+            return cache_len_of(self.model, self.engine)
 
         def _calculate_rewards(self, *args, **kwargs):
             t0 = self._clock()
@@ -248,7 +251,7 @@ def grpo_config(job, max_steps: int, device: str = "cpu", max_prompt_len: int | 
     from trl import GRPOConfig
 
     a = job.alloc
-    static = rollout_engine(job.rollout_engine) == "static"
+    static = engine(job.rollout_engine).static_cache
     if static and max_prompt_len is None:
         raise ValueError("the static rollout engine sizes its cache from max_prompt_len")
     save_every = max(a.num_iterations, job.save_every // a.num_iterations * a.num_iterations)

@@ -1,4 +1,4 @@
-"""A compact decode loop for Qwen2 causal LMs: the ``fused`` rollout engine (race.grpo.rollout).
+"""A compact decode loop for Qwen2 causal LMs: the ``fused`` rollout engine (race.core.engines).
 
 On the small policies of a CPU study, ``model.generate`` is bound by per-call overhead, not
 arithmetic: each decoded token walks transformers' module tree, mask builders, cache objects
@@ -89,7 +89,7 @@ def supports(model) -> bool:
 
 def _linear(module):
     """The nn.Linear under a PEFT LoRA wrapper (whose weight, under
-    race.grpo.rollout.merged_weights, is the merged copy), or the module itself."""
+    race.policy.engines.merged_weights, is the merged copy), or the module itself."""
     return getattr(module, "base_layer", module)
 
 
@@ -112,8 +112,15 @@ class _Layer:
 class FusedDecoder:
     """The weights of a Qwen2 causal LM, read once (no copy but the fused concatenations) and
     decoded by :meth:`generate`. Build it from the weights to generate with: under the
-    ``merged`` scheme (race.grpo.rollout.merged_weights), from inside that block, where a
-    LoRA-wrapped projection reads as its base layer holding the merged weight."""
+    ``merged`` scheme (race.policy.engines.merged_weights), from inside that block, where a
+    LoRA-wrapped projection reads as its base layer holding the merged weight.
+
+    A decoder class of race.core.engines' table has this interface: the class built from a
+    model, :meth:`generate`, and the three checks below (race.policy.engines)."""
+
+    check_supported = staticmethod(check_supported)
+    supports = staticmethod(supports)
+    plain_sampling = staticmethod(plain_sampling)
 
     def __init__(self, model):
         check_supported(model.config)
@@ -123,7 +130,7 @@ class FusedDecoder:
         self.kv_heads = c.num_key_value_heads
         self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.eps = c.rms_norm_eps
-        self.embed = body.embed_tokens.weight
+        self.embed = body.embed_tokens.weight.detach()  # no autograd hooks on its reads
         self.layers = [_Layer(layer) for layer in body.layers]
         self.final_norm = body.norm.weight
         self.head = model.lm_head.weight

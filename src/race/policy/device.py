@@ -47,9 +47,8 @@ def prepare_device(name: str | None = "auto", dtype: str | None = None, *,
     counts one process's FLOPs: a distributed launch (``WORLD_SIZE`` above 1), or several
     visible GPUs outside a launch, where TRL would wrap the policy in DataParallel and fail
     only after the models are loaded. A job given one GPU (SLURM's ``gpu: 1``,
-    ``CUDA_VISIBLE_DEVICES``, ``torchrun --nproc_per_node 1``) passes; a local Snakemake run on
-    a machine with several GPUs must set ``CUDA_VISIBLE_DEVICES`` itself (its ``gpu`` resource
-    counts jobs, it assigns no device)."""
+    ``CUDA_VISIBLE_DEVICES``, ``torchrun --nproc_per_node 1``) passes, and so does a job of a
+    local Snakemake run, which claims its own device first (:mod:`race.policy.gpus`)."""
     import torch
 
     device = resolve_device(name)

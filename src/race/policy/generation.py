@@ -4,7 +4,8 @@ Prompts are left-padded so that every row's prompt ends at the same position (th
 decoder-only batch generation). For each batch we return the real prompt and completion lengths
 (model FLOPs are charged on those) and the padded prompt width and number of decode steps the
 batch actually ran (executed FLOPs: ``generate`` keeps computing finished rows until the whole
-batch stops).
+batch stops), and under a static KV cache its length (every decode attends to all of it). The
+rollout engine that decodes is the caller's (race.core.engines).
 
 Rows are batched in order of prompt length (in tokens; a stable sort, so the samples of one
 prompt stay together), and results come back in the caller's order. On a task whose answer
@@ -28,6 +29,7 @@ class GenerationBatch:
     completion_lens: list[int]  # new tokens per row, EOS included when produced
     padded_prompt_len: int
     new_tokens_run: int  # decode width of the batch: max completion length
+    cache_len: int | None = None  # positions of the static KV cache it ran with (None: dynamic)
 
 
 @dataclass
@@ -67,32 +69,38 @@ def length_order(lengths: list[int]) -> list[int]:
     return sorted(range(len(lengths)), key=lambda i: lengths[i])
 
 
-def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int = 64,
-             do_sample: bool = False, temperature: float = 1.0, seed: int = 0,
-             num_return_sequences: int = 1, length_sorted: bool = True,
-             fused: bool = True) -> Generations:
+def generate(model, tokenizer, prompts: list[str], *, engine: str, max_new_tokens: int,
+             batch_size: int = 64, do_sample: bool = False, temperature: float = 1.0,
+             seed: int = 0, num_return_sequences: int = 1,
+             length_sorted: bool = True) -> Generations:
     """Generate completions for ``prompts`` (each repeated ``num_return_sequences`` times).
 
     Deterministic for a fixed seed, batch size and thread count: the torch generator is reseeded
     from ``seed`` and the batch index before every batch. Rows run length-sorted (module
     docstring); ``texts`` and ``rows`` come back in the order of ``prompts`` (each prompt's
     samples adjacent). ``length_sorted=False`` batches rows in the caller's order (what
-    ``bench/performance/generation_order.py`` compares against). ``fused``: decode with
-    :class:`race.policy.decoder.FusedDecoder` (the same FLOPs as ``model.generate`` in fewer
-    calls; samples agree in distribution, greedy output to rounding); off, for a model it does
-    not support or one whose generation config adds logits processors, ``model.generate``.
+    ``bench/performance/generation_order.py`` compares against). ``engine``: the rollout
+    engine that decodes (race.core.engines; race.policy.engines.decode): ``fused`` decodes
+    with :class:`race.policy.decoder.FusedDecoder` (the same FLOPs as ``model.generate`` in
+    fewer calls; samples agree in distribution, greedy output to rounding), or with
+    ``model.generate`` for a model it does not support or one whose generation config adds
+    logits processors; ``static`` with ``model.generate`` and a static cache sized once for
+    the call's longest prompt; ``peft`` and ``merged`` with ``model.generate``.
     """
     import torch
 
-    from race.policy.decoder import FusedDecoder, plain_sampling, supports
+    from race.core.engines import engine as engine_spec
+    from race.core.engines import static_cache_len
+    from race.policy.engines import cache_len_of, decode, usable_decoder
 
+    spec = engine_spec(engine)
     model.eval()
-    # A hub checkpoint's generation config may ask generate for more than temperature
-    # sampling (a repetition penalty, say): generate then, as before.
-    decoder = FusedDecoder(model) if fused and supports(model) \
-        and plain_sampling(model.generation_config) else None
+    decoder = usable_decoder(model, spec)  # built once: it reads the weights once
     expanded = [p for p in prompts for _ in range(num_return_sequences)]
     lengths = [len(ids) for ids in tokenizer(expanded, add_special_tokens=False)["input_ids"]]
+    # A static cache sized once for the call: every batch runs the same shapes.
+    cache = static_cache_len(max(lengths, default=0), max_new_tokens) \
+        if spec.static_cache else None
     order = length_order(lengths) if length_sorted else list(range(len(expanded)))
     texts: list[str] = [""] * len(expanded)
     rows: list[tuple[int, int]] = [(0, 0)] * len(expanded)
@@ -106,29 +114,16 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch
                         add_special_tokens=False).to(model.device)
         torch.manual_seed(seed * 1_000_003 + bi)
         width = enc["input_ids"].shape[1]
-        if decoder is not None:
-            new_ids = decoder.generate(enc["input_ids"], enc["attention_mask"],
-                                       max_new_tokens=max_new_tokens, do_sample=do_sample,
-                                       temperature=temperature, eos_token_ids=[eos_id],
-                                       pad_token_id=pad_id)
-        else:
-            with torch.no_grad():
-                gen = model.generate(
-                    **enc,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=do_sample,
-                    temperature=temperature if do_sample else None,
-                    top_k=0 if do_sample else None,
-                    top_p=1.0 if do_sample else None,
-                    pad_token_id=pad_id,
-                    eos_token_id=eos_id,
-                )
-            new_ids = gen[:, width:]
+        new_ids = decode(model, spec, enc["input_ids"], enc["attention_mask"],
+                         max_new_tokens=max_new_tokens, do_sample=do_sample,
+                         temperature=temperature, eos_token_id=eos_id, pad_token_id=pad_id,
+                         decoder=decoder, max_cache_len=cache)
         lens = completion_lengths(new_ids, [eos_id], pad_id)
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
         for i, row, n, p in zip(index, new_ids.tolist(), lens, prompt_lens, strict=True):
             texts[i] = tokenizer.decode(row[:n], skip_special_tokens=True)
             rows[i] = (p, n)
         batches.append(GenerationBatch(prompt_lens=prompt_lens, completion_lens=lens,
-                                       padded_prompt_len=width, new_tokens_run=new_ids.shape[1]))
+                                       padded_prompt_len=width, new_tokens_run=new_ids.shape[1],
+                                       cache_len=cache_len_of(model, spec)))
     return Generations(texts, batches, rows)

@@ -42,10 +42,13 @@ def lr_at(step_tokens: int, spec: PretrainSpec) -> float:
 
 
 def greedy_accuracy(model, tokenizer, records, max_new_tokens: int) -> tuple[float, int]:
-    """Fraction of ``records`` whose greedy completion the verifier accepts, and n."""
+    """Fraction of ``records`` whose greedy completion the verifier accepts, and n (decoded
+    as an evaluation job that names no engine decodes: race.core.engines.DECODE_DEFAULT)."""
+    from race.core.engines import DECODE_DEFAULT
     from race.policy.generation import generate
 
-    gens = generate(model, tokenizer, [r.prompt for r in records], max_new_tokens=max_new_tokens)
+    gens = generate(model, tokenizer, [r.prompt for r in records], engine=DECODE_DEFAULT,
+                    max_new_tokens=max_new_tokens)
     correct = sum(verify(t, r.answer) for t, r in zip(gens.texts, records, strict=True))
     return correct / max(1, len(records)), len(records)
 

@@ -94,7 +94,14 @@ def _eval_job(study: Study, policy: str, snapshots: list[Snapshot], reward: str,
         run_dir=run_dir,
         study=study.name,
         revisions=study.revisions_of(policy, study.rewards[reward].model, prm),
+        engine=decode_engine(study),
     )
+
+
+def decode_engine(study: Study) -> str:
+    """The rollout engine that evaluation, base-policy evaluation and PRM sampling decode
+    with: ``eval.engine``, else ``training.rollout_engine`` (race.core.engines)."""
+    return study.eval.engine or study.training.rollout_engine
 
 
 def eval_job(study: Study, cell: Cell, budget: float | None = None) -> EvalJob:
@@ -138,7 +145,7 @@ def prm_samples_job(study: Study) -> PrmSamplesJob:
     """The one sampling of the base policies that every PRM of the study learns from."""
     return PrmSamplesJob(policies=_ladder_policies(study), data_dir=str(study.results / "data"),
                          out_dir=study.prm_samples_dir(), **settings_of(study.prm),
-                         device=study.device)
+                         device=study.device, engine=decode_engine(study))
 
 
 def prm_job(study: Study, size: str) -> PrmJob:

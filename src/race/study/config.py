@@ -289,7 +289,8 @@ def first_step_bound(study: Study, size: str, alloc_name: str, reward_name: str,
     meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations,
                       grad_ckpt=study.training.gradient_checkpointing)
     reward = study.rewards[reward_name]
-    reads = reward_reads(size, reward.model, "sequence" if reward.type == "orm" else "token")
+    reads = reward_reads(size, reward.model, "sequence" if reward.type == "orm" else "token",
+                         chat_template=reward.chat_template, revisions=study.revisions)
     return generation_step_bound(meter, alloc.rows, max_prompt, alloc.max_completion_length,
                                  reads)
 

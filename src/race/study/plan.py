@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from race.core.cells import is_ladder
 from race.core.study import Study
@@ -60,18 +61,70 @@ class StepCost:
         return self.generation_step + (self.num_iterations - 1) * self.reuse_learning
 
 
-def reward_reads(policy: str, model: str | None, head: str = "token") -> RewardReads | None:
-    """What a reward model named in a config reads of a row, before it is loaded (module
-    docstring), or None for no model or one whose architecture is not known offline."""
+def reward_reads(policy: str, model: str | None, head: str = "token", *,
+                 chat_template: bool | None = None,
+                 revisions: dict[str, str] | None = None) -> RewardReads | None:
+    """What a reward model named in a config reads of a row, before it is loaded: measured as
+    the trainer measures it when both the policy's and the model's folders are at hand (a
+    local folder, or a hub id's snapshot in the local hub cache at its pin in
+    ``revisions``), else the planning rule (race.feedback.reads); None for no model or one
+    whose architecture is not known offline."""
+    from race.feedback.reads import folder_reads, planned_reads
+    from race.flops import known_configs
+
     if model is None:
         return None
     try:
         arch = F.resolve_arch(model)
     except (ValueError, FileNotFoundError, KeyError):
         return None
+    folders = [local_folder(spec, revisions) for spec in (policy, model)]
+    if all(folders):
+        return folder_reads(*map(str, folders), chat_template)
+    if known_configs.is_known(model) and \
+            known_configs.canonical_name(model) in known_configs.FEEDBACK:
+        head = "prm_mlp"  # the known feedback model is a Qwen-Math PRM
     shared = is_ladder(model) and is_ladder(policy)  # both read the character tokenizer
-    return RewardReads(arch, head, expansion=1 if shared else 2,
-                       appended=1 if head == "token" else 0)
+    return planned_reads(arch, head, shared=shared)
+
+
+def local_folder(spec: str, revisions: dict[str, str] | None = None) -> Path | None:
+    """The folder holding ``spec``'s tokenizer and config.json here, without downloading:
+    the folder itself, or a hub id's cached snapshot at its pin; None for a ladder name (the
+    planning rule is exact for it) or what is not here."""
+    from race.core.references import is_hub_reference, local_snapshot
+
+    if is_ladder(spec):
+        return None
+    folder = local_snapshot(spec, (revisions or {}).get(spec)) if is_hub_reference(spec) \
+        else Path(spec)
+    files = ("config.json", "tokenizer_config.json")
+    return folder if folder is not None and all((folder / f).is_file() for f in files) \
+        else None
+
+
+def format_reward_reads(study: Study) -> str:
+    """What each reward model reads of a row of each policy, as the budget stop prices it,
+    and whether it was measured from the tokenizers or is the planning rule."""
+    lines = ["reward-model reads per row of P prompt and C completion policy tokens (the budget "
+             "stop's price, race.feedback.reads):"]
+    for name, reward in study.rewards.items():
+        if reward.model is None:
+            continue
+        head = "sequence" if reward.type == "orm" else "token"
+        for size in study.sizes:
+            reads = reward_reads(size, reward.model, head, chat_template=reward.chat_template,
+                                 revisions=study.revisions)
+            if reads is None:
+                lines.append(f"  {name} on {size}: architecture not known offline")
+                continue
+            here = all(local_folder(s, study.revisions) for s in (size, reward.model))
+            source = "measured from the tokenizers here" if here else (
+                "exact: one character tokenizer" if is_ladder(size) and is_ladder(reward.model)
+                else "the planning rule: tokenizers not here, the trainer measures them")
+            lines.append(f"  {name} on {size}: {reads.prompt_expansion}·P + {reads.expansion}·C "
+                         f"+ {reads.appended + reads.template} tokens ({source})")
+    return "\n".join(lines) if len(lines) > 1 else ""
 
 
 def step_cost(arch: F.Arch, *, rows: int, prompt_len: int, completion_len: int,
@@ -201,47 +254,6 @@ def format_study_plan(p: dict) -> str:
     ])
 
 
-def study_rate(study: Study, flops_per_second: float | None = None) -> tuple[float | None, str]:
-    """The sustained model FLOP/s to time a study at, and where it comes from: the given
-    rate, else the finished runs of its ``results_dir`` on its device (their model FLOPs over
-    their rollout + learning + reward seconds, all runs together), else none."""
-    import json
-
-    from race.core.cells import PERF
-
-    if flops_per_second is not None:
-        return flops_per_second, "given (--flops-per-second)"
-    flops = seconds = 0.0
-    runs = 0
-    for summary in sorted(study.results.glob("runs/*/*/*/*/train.json")):
-        perf = summary.parent / PERF
-        try:
-            device = json.loads(perf.read_text()).get("device")
-            phases = json.loads(summary.read_text())["phases"]
-        except (OSError, ValueError, KeyError):
-            continue
-        if study.device not in ("auto", device):
-            continue
-        flops += sum(p["model_flops"] for p in phases.values())
-        seconds += sum(p["wall_s"] for p in phases.values())
-        runs += 1
-    if not runs or seconds <= 0:
-        return None, "no finished run on this device in the results folder"
-    return flops / seconds, f"measured: {runs} finished run(s) in {study.results}/runs"
-
-
-def format_study_hours(p: dict, rate: float | None, source: str) -> str:
-    """:func:`study_plan`'s stages in device-hours at ``rate`` model FLOP/s."""
-    if rate is None:
-        return (f"device-hours: no rate ({source}); give --flops-per-second, the sustained "
-                "model FLOP/s of one device")
-    hours = {k: p[k] / rate / 3600 for k in ("pilot", "full_grid", "validation_at_most",
-                                             "total_at_most")}
-    return (f"device-hours at {rate:.3g} model FLOP/s ({source}): pilot {hours['pilot']:.3g}, "
-            f"full grid {hours['full_grid']:.3g}, validation <= "
-            f"{hours['validation_at_most']:.3g}, total <= {hours['total_at_most']:.3g}")
-
-
 # --------------------------------------------------------------------------- the step limit
 
 #: The most optimizer steps one run may take to its top budget, by the planner's count (the
@@ -299,7 +311,7 @@ def cell_step_cost(study: Study, size: str, alloc_name: str, reward_name: str,
         return None
     return _allocation_step(arch, study.allocations[alloc_name], size,
                             study.rewards[reward_name], prompt_len,
-                            study.training.gradient_checkpointing)
+                            study.training.gradient_checkpointing, study.revisions)
 
 
 def job_step_cost(job, prompt_len: int) -> StepCost | None:
@@ -311,13 +323,14 @@ def job_step_cost(job, prompt_len: int) -> StepCost | None:
     except (ValueError, FileNotFoundError, KeyError):
         return None
     return _allocation_step(arch, job.alloc, job.base, job.reward, prompt_len,
-                            job.gradient_checkpointing)
+                            job.gradient_checkpointing, job.revisions)
 
 
 def _allocation_step(arch: F.Arch, alloc, policy: str, reward, prompt_len: int,
-                     grad_ckpt: bool) -> StepCost:
+                     grad_ckpt: bool, revisions: dict[str, str] | None = None) -> StepCost:
     """:func:`step_cost` of an allocation and a reward spec (race.core.specs)."""
-    reads = reward_reads(policy, reward.model, "sequence" if reward.type == "orm" else "token")
+    reads = reward_reads(policy, reward.model, "sequence" if reward.type == "orm" else "token",
+                         chat_template=reward.chat_template, revisions=revisions)
     return step_cost(arch, rows=alloc.rows, prompt_len=prompt_len,
                      completion_len=alloc.max_completion_length, lora=alloc.lora,
                      beta=alloc.beta, num_iterations=alloc.num_iterations, reward=reads,

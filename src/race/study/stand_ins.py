@@ -5,55 +5,42 @@
 
     OUT/gsm8k/{train,test}.jsonl    GSM8K format (``question``; ``answer`` ending in ``#### N``),
                                     read through ``datasets``' ``json`` builder (task.kind hf)
-    OUT/Qwen2.5-tiny/               a Hugging Face policy folder (config.json, safetensors, a
-                                    byte-level BPE tokenizer saved as a Qwen2Tokenizer with a
-                                    Qwen2.5-style chat template), briefly fine-tuned on the
-                                    train split so that the rule reward is not always zero
+    OUT/Qwen2.5-tiny/               a Hugging Face policy folder: a tiny Qwen2 on Qwen2.5's real
+                                    tokenizer (race.study.qwen_vocab) and config vocabulary
+                                    (151,936 rows), fine-tuned on the train split so that the
+                                    rule reward is not always zero
     OUT/Qwen2.5-Math-PRM-tiny/      the Qwen2.5-Math-PRM checkpoint layout: a Qwen2 backbone
-                                    (``model.*``), ``score.0`` / ``score.2``, and the step
-                                    separator ``<extra_0>`` in its tokenizer (random init)
+                                    (``model.*``, Qwen2.5-7B's 152,064 rows), ``score.0`` /
+                                    ``score.2``, and the real vocabulary with its step separator
+                                    ``<extra_0>`` at id 151651 (random init)
 
 Every folder loads through the loaders a hub download goes through (``AutoTokenizer``,
 ``AutoModelForCausalLM``, :class:`race.feedback.qwen_math.QwenMathPRMModule`). The problems are
-the arithmetic task's chains told as short word problems; the tokenizer is trained on their
-text with Qwen2's pre-tokenizer pattern (digits split one by one). Deterministic for a seed.
+the arithmetic task's chains told as short word problems. Deterministic for a seed.
+
+The fine-tuning is exact full-vocabulary training at the cost of a small vocabulary: every
+token the task's text never uses shares one embedding row ("other"), so the full softmax's
+normaliser is that of the used tokens plus ``log(n_other)`` added to the shared row's logit,
+and a model over the used tokens and that one row, trained with that offset, *is* the
+full-vocabulary model once the shared row is copied to every unused id. (Its logits cost a
+152k-wide matmul and softmax per token otherwise: minutes on a CPU.)
 """
 
 from __future__ import annotations
 
-import json
+import math
 import random
-import tempfile
 from pathlib import Path
 
-from race.core.atomic import write_json_atomic
-from race.core.specs import PretrainSpec, TaskSpec, TeacherSpec
-from race.data.task import gsm8k_record, make_splits, write_jsonl
-from race.data.tokenizer import load_tokenizer
+from race.core.atomic import saving_weights, write_json_atomic
+from race.core.specs import PretrainSpec, TaskSpec
+from race.data.task import Record, gsm8k_record, make_splits, write_jsonl
+from race.study.qwen_vocab import POLICY_VOCAB, PRM_VOCAB, write_qwen25_tokenizer
 
-#: Qwen2's pre-tokenizer split (its tokenizer.json): words, single digits, punctuation runs,
-#: newlines and spaces.
-QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
-                r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-#: Qwen2.5's special tokens that matter here: end of text (the base models' EOS and pad), the
-#: chat turns, and the Math PRM's step separator.
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<extra_0>"]
-#: Qwen2.5's chat template (without its tool-calling branches).
-CHAT_TEMPLATE = (
-    "{%- if messages[0]['role'] == 'system' %}"
-    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{%- if not (message.role == 'system' and loop.first) %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 #: The policies: folder -> (ladder shape, layers). One, at the ladder's nano width and two
-#: layers: a CPU without native bfloat16 emulates it (a learning step of 128 rows takes
-#: seconds), and the rehearsal must fit its few minutes; more sizes add jobs, not code paths.
+#: layers: a CPU without native bfloat16 emulates it, sampling from 151,936 logits costs a few
+#: milliseconds a row and token, and the rehearsal must fit its few minutes; more sizes add
+#: jobs, not code paths.
 POLICIES = {"Qwen2.5-tiny": ("nano", 2)}
 PRM = "Qwen2.5-Math-PRM-tiny"
 NAMES = ["Sam", "Ana", "Lee", "Kim", "Max", "Ivy"]
@@ -86,86 +73,142 @@ def write_gsm8k(out: Path, task: TaskSpec, seed: int) -> dict[str, list[dict]]:
     return data
 
 
-def train_tokenizer(texts: list[str], vocab_size: int):
-    """A byte-level BPE trained on ``texts`` with Qwen2's pre-tokenizer, as the
-    ``PreTrainedTokenizerFast`` of a Qwen2.5 base model (EOS and pad ``<|endoftext|>``)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+class SharedRowHead:
+    """The compact model's LM head: the tied weight's logits, plus ``log(n_other)`` on the
+    shared row (module docstring)."""
 
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    core.decoder = decoders.ByteLevel()
-    core.train_from_iterator(texts, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-        additional_special_tokens=SPECIAL_TOKENS[1:], clean_up_tokenization_spaces=False,
-        chat_template=CHAT_TEMPLATE)
+    def __init__(self, head, other: int, n_other: int):
+        import torch
 
+        class Head(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = head
+                offset = torch.zeros(head.weight.shape[0])
+                offset[other] = math.log(n_other)
+                self.register_buffer("offset", offset, persistent=False)
 
-def save_as_qwen(tokenizer, folder: Path) -> None:
-    """Save ``tokenizer`` into ``folder`` as a hub Qwen2.5 folder names it
-    (``tokenizer_class: Qwen2Tokenizer``), so that it reloads through ``AutoTokenizer``."""
-    tokenizer.save_pretrained(folder)
-    config_path = folder / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["tokenizer_class"] = "Qwen2Tokenizer"
-    write_json_atomic(config_path, config, indent=2)
+            def forward(self, hidden):
+                return self.head(hidden) + self.offset
+
+        self.module = Head()
 
 
-def write_policy(name: str, shape: tuple[str, int], sft_dir: Path, tokenizer_dir: Path,
+def finetune_compact(shape: tuple[str, int], tokenizer, train: list[Record], spec: PretrainSpec,
+                     vocab: int):
+    """The fine-tuned policy on ``vocab`` rows (module docstring): the supervised loop of
+    race.policy.pretrain (loss on solution + EOS tokens, AdamW, warmup then cosine), on the
+    used tokens and one shared row."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from race.policy.ladder import ladder_config
+    from race.policy.optim import IGNORE_INDEX, length_groups, optimizer_step
+    from race.policy.pretrain import lr_at
+
+    eos = tokenizer.eos_token_id
+    prompts = [tokenizer(r.prompt, add_special_tokens=False)["input_ids"] for r in train]
+    targets = [tokenizer(r.solution, add_special_tokens=False)["input_ids"] + [eos]
+               for r in train]
+    used = sorted({eos, *(i for ids in prompts + targets for i in ids)})
+    compact = {t: i for i, t in enumerate(used)}
+    other = len(used)
+    torch.manual_seed(spec.seed)
+    model = Qwen2ForCausalLM(ladder_config(shape[0], other + 1, pad_token_id=compact[eos],
+                                           eos_token_id=compact[eos], layers=shape[1]))
+    model.lm_head = SharedRowHead(model.lm_head, other, vocab - len(used)).module
+    rows = [([compact[t] for t in p + g], [IGNORE_INDEX] * len(p) + [compact[t] for t in g])
+            for p, g in zip(prompts, targets, strict=True)]
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate,
+                            weight_decay=spec.weight_decay, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(spec.seed)
+    model.train()
+    tokens = 0
+    while tokens < spec.token_budget:  # epochs, each in a new order
+        order = torch.randperm(len(rows), generator=gen).tolist()
+        for start in range(0, len(rows) - spec.batch_size + 1, spec.batch_size):
+            batch = [rows[i] for i in order[start:start + spec.batch_size]]
+            optimizer_step(model, opt, lr_at(tokens, spec),
+                           length_groups(batch, compact[eos], 1))
+            tokens += sum(len(ids) for ids, _ in batch)
+            if tokens >= spec.token_budget:
+                break
+    return _full_vocabulary(model.eval(), shape, used, vocab, eos)
+
+
+def _full_vocabulary(model, shape: tuple[str, int], used: list[int], vocab: int, eos: int):
+    """The compact model as a ``vocab``-row Qwen2 (tied embeddings): used tokens at their
+    ids, the shared row at every other id."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from race.policy.ladder import ladder_config
+
+    model.lm_head = model.lm_head.head
+    state = model.state_dict()
+    rows = state["model.embed_tokens.weight"]
+    embedding = rows[len(used)].expand(vocab, -1).clone()
+    embedding[torch.tensor(used)] = rows[:len(used)]
+    full = Qwen2ForCausalLM(ladder_config(shape[0], vocab, pad_token_id=eos, eos_token_id=eos,
+                                          layers=shape[1]))
+    state["model.embed_tokens.weight"] = embedding
+    state.pop("lm_head.weight", None)
+    full.load_state_dict(state, strict=False)
+    full.tie_weights()
+    return full.eval()
+
+
+def write_policy(name: str, shape: tuple[str, int], train: list[Record], test: list[Record],
                  out: Path, token_budget: int, seed: int) -> dict:
-    """A ladder-shaped Qwen2 policy on the BPE vocabulary, fine-tuned on the train split's
-    solutions (race.policy.pretrain, clean teacher), saved as a Hugging Face folder."""
-    from race.policy.pretrain import pretrain
+    """A ladder-shaped Qwen2 policy on Qwen2.5's tokenizer and config vocabulary, fine-tuned
+    on the train split's solutions, saved as a Hugging Face folder."""
+    from race.data.tokenizer import load_tokenizer
+    from race.policy.ladder import count_parameters
+    from race.policy.pretrain import greedy_accuracy
 
-    spec = PretrainSpec(token_budget=token_budget, batch_size=32, learning_rate=3e-3,
-                        seed=seed, eval_examples=40, eval_max_new_tokens=48)
-    record = pretrain(shape[0], sft_dir, tokenizer_dir, out / name, spec, layers=shape[1],
-                      teacher=TeacherSpec(noisy=False))
-    save_as_qwen(load_tokenizer(tokenizer_dir), out / name)
-    (out / name / "pre.json").unlink()  # a hub folder holds none; its accuracy is returned
-    return {"shape": f"{shape[0]} x {shape[1]} layers", "params": record["params"],
-            "eval_in_accuracy": record["eval_in_accuracy"]}
+    folder = write_qwen25_tokenizer(out / name, "policy")
+    tokenizer = load_tokenizer(folder)
+    spec = PretrainSpec(token_budget=token_budget, batch_size=32, learning_rate=6e-3, seed=seed)
+    model = finetune_compact(shape, tokenizer, train, spec, POLICY_VOCAB)
+    with saving_weights(folder, f"stand-in policy {folder}"):
+        model.save_pretrained(folder, safe_serialization=True)
+    accuracy, _ = greedy_accuracy(model, tokenizer, test[:40], 48)
+    return {"shape": f"{shape[0]} x {shape[1]} layers", "params": count_parameters(model)[0],
+            "eval_in_accuracy": accuracy}
 
 
-def write_prm(tokenizer_dir: Path, out: Path, seed: int) -> None:
-    """A randomly initialised PRM in the Qwen2.5-Math-PRM layout on the BPE vocabulary."""
+def write_prm(out: Path, seed: int) -> None:
+    """A randomly initialised PRM in the Qwen2.5-Math-PRM layout on the real vocabulary."""
     import torch
 
+    from race.data.tokenizer import load_tokenizer
     from race.feedback.qwen_math import QwenMathPRMModule
     from race.policy.ladder import ladder_config
 
-    tokenizer = load_tokenizer(tokenizer_dir)
-    config = ladder_config("nano", len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+    folder = write_qwen25_tokenizer(out / PRM, "prm")
+    tokenizer = load_tokenizer(folder)
+    config = ladder_config("nano", PRM_VOCAB, pad_token_id=tokenizer.pad_token_id,
                            eos_token_id=tokenizer.eos_token_id, layers=2)
     torch.manual_seed(seed)
-    QwenMathPRMModule(config).save_pretrained(out / PRM)
-    save_as_qwen(tokenizer, out / PRM)
+    # In bfloat16, as the hub checkpoint is: a float32 job then loads a converted copy.
+    QwenMathPRMModule(config).to(torch.bfloat16).save_pretrained(folder)
 
 
-def write_stand_ins(out: str | Path, *, seed: int = 0, n_train: int = 1500, n_test: int = 100,
-                    vocab_size: int = 384, token_budget: int = 300_000) -> dict:
+def write_stand_ins(out: str | Path, *, seed: int = 0, n_train: int = 1000, n_test: int = 100,
+                    token_budget: int = 600_000) -> dict:
     """Write the rehearsal's data, policies and PRM under ``out`` (module docstring); returns
     what was written, with each policy's greedy eval-in accuracy after its fine-tuning."""
     out = Path(out)
-    task = TaskSpec(seed=seed, n_train=n_train, n_eval_in=n_test, n_eval_ood=1, max_steps=2,
-                    max_operand=9, max_value=19)
+    # One-step problems (a step line and the answer line: two PRM steps): the shortest
+    # completions that still have steps, since every token sampled costs a softmax over 151,936.
+    task = TaskSpec(seed=seed, n_train=n_train, n_eval_in=n_test, n_eval_ood=1, max_steps=1,
+                    max_operand=19, max_value=39)
     data = write_gsm8k(out / "gsm8k", task, seed)
-    texts = [f"{r['question']}\n{r['answer']}" for r in data["train"]]
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        save_as_qwen(train_tokenizer(texts, vocab_size), tmp / "tokenizer")
-        # The SFT reads race's record format: the same examples through the GSM8K mapper.
-        for split, rows in (("train", data["train"]), ("eval_in", data["test"])):
-            write_jsonl(tmp / "sft" / f"{split}.jsonl", map(gsm8k_record, rows))
-        policies = {name: write_policy(name, shape, tmp / "sft", tmp / "tokenizer", out,
-                                       token_budget, seed)
-                    for name, shape in POLICIES.items()}
-        write_prm(tmp / "tokenizer", out, seed)
+    train, test = ([Record(**gsm8k_record(r)) for r in data[split]]
+                   for split in ("train", "test"))
+    policies = {name: write_policy(name, shape, train, test, out, token_budget, seed)
+                for name, shape in POLICIES.items()}
+    write_prm(out, seed)
     summary = {"data": str(out / "gsm8k"), "policies": policies, "prm": str(out / PRM)}
     write_json_atomic(out / "stand_ins.json", summary, indent=2)
     return summary
