@@ -313,3 +313,49 @@ def test_a_results_dir_holding_another_study_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=f"results_dir: {study.results_dir} holds the "
                                           "study 'race-smoke'"):
         typed_study({**study.config, "study": "another"}).claim_results_dir()
+
+
+#: Numeric keys a researcher sets, by where they sit in the config (issue 55's list).
+NUMERIC_KEYS = [("training", "learning_rate"), ("training", "beta"), ("training", "temperature"),
+                ("training", "max_grad_norm"), ("teacher", "truncate"),
+                ("pretrain", "learning_rate"), ("eval", "temperature"), (None, "gpu_memory_gb"),
+                ("rewards.rule+prm", "weight"), ("allocations.base", "lora_alpha")]
+
+
+def _set_key(config: dict, section: str | None, key: str, value) -> None:
+    holder = config
+    for part in (section.split(".", 1) if section else []):
+        holder = holder.setdefault(part, {})
+    holder[key] = value
+
+
+@pytest.mark.parametrize("value, text", [(float("nan"), "nan"), (float("inf"), "inf"),
+                                         (float("-inf"), "-inf")])
+@pytest.mark.parametrize("section, key", NUMERIC_KEYS)
+def test_a_number_that_is_not_finite_is_refused_naming_its_key(tmp_path, section, key, value,
+                                                                 text):
+    """NaN and infinity pass no number key: each is refused in one line naming the key, before
+    anything is written (a NaN learning rate used to reach the train jobs)."""
+    path = _smoke_with(tmp_path, lambda c: _set_key(c, section, key, value))
+    with pytest.raises(ConfigError) as error:
+        load_study(path)
+    where = f"{section}.{key}" if section else key
+    assert str(error.value) == f"{where}: {text} is not a finite number"
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.update(study="race-smoke\n"), "study: 'race-smoke\\n' holds a control"),
+    (lambda c: c.update(study=" race-smoke"), "study: ' race-smoke' starts or ends with"),
+    (lambda c: c["rewards"].update({"rule ": {"type": "rule"}}),
+     "rewards.rule  (the name): 'rule ' starts or ends with whitespace"),
+    (lambda c: c["allocations"].update({"a\tb": {}}), "holds a control character"),
+    (lambda c: c["sizes"].append("nano\n"), "sizes[2]: 'nano\\n' holds a control character"),
+    (lambda c: c.setdefault("task", {}).update(hf_id="openai/gsm8k\x00"),
+     "task.hf_id: 'openai/gsm8k\\x00'"),
+])
+def test_names_and_text_with_stray_characters_are_refused(tmp_path, edit, message):
+    with pytest.raises(ConfigError) as error:
+        load_study(_smoke_with(tmp_path, edit))
+    assert message in str(error.value)
+    assert not (tmp_path / "results").exists()

@@ -18,6 +18,7 @@ import copy
 import json
 import math
 import re
+import unicodedata
 from pathlib import Path
 
 import yaml
@@ -170,7 +171,9 @@ def check_as_written(config: dict) -> None:
     afterwards a ``weight`` on a prm reward, which nothing reads, could not be told from its
     default). A value equal to its default is not a setting and passes, so a resolved config
     (every default filled in) checks as valid. Keys the schema does not know are left to its
-    own error."""
+    own error. Every number is finite and every name and other text is clean
+    (:func:`_check_values`)."""
+    _check_values(config)
     evaluation = config.get("eval")
     if isinstance(evaluation, dict) and _set(evaluation, "train_temperature",
                                              properties("eval")):
@@ -188,6 +191,29 @@ def check_as_written(config: dict) -> None:
                     entry, key, known):
                 raise ConfigError(f"rewards.{name}.{key}: type {kind} reads no {key} key (it "
                                   f"reads {', '.join(REWARD_KEYS[kind])})")
+
+
+def _check_values(value, key: str = "") -> None:
+    """NaN and infinity are refused wherever a number is written (no key means either: a NaN
+    learning rate would cost every finished cell its files before the first step failed),
+    and so are a control character or surrounding whitespace in any text, a mapping's keys
+    (reward and allocation names) included (``study: "s\\n"`` matches the schema's pattern,
+    whose ``$`` admits a final newline). Each refusal names the key."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            where = f"{key}.{name}" if key else str(name)
+            _check_values(name, f"{where} (the name)")
+            _check_values(item, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_values(item, f"{key}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}: {value} is not a finite number")
+    elif isinstance(value, str):
+        if any(unicodedata.category(ch) == "Cc" for ch in value):
+            raise ConfigError(f"{key}: {value!r} holds a control character (a newline, a tab)")
+        if value != value.strip():
+            raise ConfigError(f"{key}: {value!r} starts or ends with whitespace")
 
 
 def _set(section: dict, key: str, props: dict) -> bool:
