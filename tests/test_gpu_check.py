@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from race.study.hours import engine_name, read_rates
+from race.core.engines import DEFAULT_ENGINE
+from race.study.hours import read_rates
 
 PERFORMANCE = Path(__file__).resolve().parents[1] / "bench" / "performance"
 SCRIPT = PERFORMANCE / "gpu_check.py"
@@ -71,7 +72,7 @@ def test_cpu_mode_runs_every_part(tmp_path):
     rates = read_rates(tmp_path / "rates.json")
     assert rates["device"].startswith("cpu") and "gpu_check.py" in rates["measured"]
     assert set(rates["phases"]) == {"rollout", "learning", "reward", "eval"}
-    assert list(rates["phases"]["rollout"]) == [engine_name(None)]
+    assert list(rates["phases"]["rollout"]) == [DEFAULT_ENGINE]
 
 
 @pytest.mark.parametrize("script", ["pack_wheels.sh", "run_gpu_check.sh"])

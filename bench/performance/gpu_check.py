@@ -410,7 +410,7 @@ def rollout(base: Path, device: str, dtype: torch.dtype) -> None:
 def write_measured_rates(path: Path, measured: dict, job: TrainJob, device: str,
                          dtype: str) -> None:
     """The rates this run measured, as a rates file (race.study.hours.write_rates)."""
-    from race.study.hours import engine_name, write_rates
+    from race.study.hours import write_rates
 
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     lengths, cap = COUNTED_SHAPES[device]
@@ -421,7 +421,7 @@ def write_measured_rates(path: Path, measured: dict, job: TrainJob, device: str,
              f"{a['num_generations']} rows, prompts up to {max(lengths)} + completions up to "
              f"{cap} tokens, {policy}, {dtype}, a tiny PRM reward; race evaluate of a few "
              "prompts, loading included")
-    engine = engine_name(job.rollout_engine)
+    engine = job.rollout_engine
     rollout = {engine: measured["rollout"]} if "rollout" in measured else None
     write_rates(path, device=name, measured=where, rollout=rollout,
                 learning=measured.get("learning"), reward=measured.get("reward"),

@@ -37,7 +37,6 @@ def run(args) -> int:
         format_rates,
         format_study_hours,
         phase_rates,
-        rollout_engine_of,
         study_hours,
         train_phase_flops,
     )
@@ -67,7 +66,7 @@ def run(args) -> int:
         print(reads)
     evaluation = eval_flops(study)
     print(format_eval_flops(evaluation))
-    print(format_rates(rates, rollout_engine_of(study)))
+    print(format_rates(rates, study.training.rollout_engine))
     print(format_study_hours(study_hours(train_phase_flops(study), evaluation, rates), rates))
     print(format_study_memory(study))
     return 0

@@ -305,7 +305,7 @@ def first_step_bound(study: Study, size: str, alloc_name: str, reward_name: str,
     from race.data.tokenizer import VOCAB_SIZE
     from race.flops import analytic as flops
     from race.flops.meter import StepMeter, generation_step_bound
-    from race.study.plan import reward_reads
+    from race.study.plan import spec_reads
 
     try:
         arch = flops.resolve_arch(size, vocab=VOCAB_SIZE if is_ladder(size) else None)
@@ -315,8 +315,7 @@ def first_step_bound(study: Study, size: str, alloc_name: str, reward_name: str,
     meter = StepMeter(arch, alloc.lora, beta=alloc.beta, num_iterations=alloc.num_iterations,
                       grad_ckpt=study.training.gradient_checkpointing)
     reward = study.rewards[reward_name]
-    reads = reward_reads(size, reward.model, "sequence" if reward.type == "orm" else "token",
-                         chat_template=reward.chat_template, revisions=study.revisions)
+    reads = spec_reads(size, reward, study.revisions)
     return generation_step_bound(meter, alloc.rows, max_prompt, alloc.max_completion_length,
                                  reads)
 

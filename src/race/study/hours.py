@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from race.core.cells import PERF, is_ladder
-from race.core.schema import default, properties
+from race.core.engines import ROLLOUT_ENGINES
 from race.core.specs import SEARCH_TARGETS
 from race.core.study import Study
 from race.flops import analytic as F
@@ -51,23 +51,6 @@ PHASES = (*TRAIN_PHASES, "eval")
 LABEL = {"rollout": "rollout", "learning": "learning", "reward": "reward", "eval": "evaluation"}
 FLAG = {p: f"--{p}-flops-per-second" for p in PHASES}
 RATES_FORMAT = "race-rates/1"
-#: The rollout engines a rates file may name (the schema's ``training.rollout_engine``).
-ROLLOUT_ENGINES = tuple(e for e in properties("training")["rollout_engine"]["enum"] if e)
-
-
-def engine_name(name: str | None) -> str:
-    """A ``training.rollout_engine`` value (None: the schema's default, else peft)."""
-    if name:
-        return name
-    try:
-        return default("training", "rollout_engine") or "peft"
-    except KeyError:
-        return "peft"
-
-
-def rollout_engine_of(study: Study) -> str:
-    """The study's rollout engine (:func:`engine_name`)."""
-    return engine_name(study.training.rollout_engine)
 
 
 # --------------------------------------------------------------------------- the rates file
@@ -197,7 +180,7 @@ def phase_rates(study: Study, flags: dict[str, float | None] | None = None,
     """Each phase's :class:`Rate` by the precedence of the module docstring; ``flags``: the
     per-phase flags by phase. Raises ValueError for an unreadable rates file."""
     flags = flags or {}
-    engine = rollout_engine_of(study)
+    engine = study.training.rollout_engine
     rates = read_rates(rates_file) if rates_file is not None else None
     measured = measured_rates(study)
     out = {}

@@ -19,11 +19,11 @@ in race.grpo.run):
   generation step being the worst case and that of a reuse step its exact cost. When every
   step costs its bound, that is ``steps = floor(budget / step)`` (``num_iterations == 1``).
 * Reward: a rule verifier costs 0; a feedback model is priced by what it reads of each row
-  (race.flops.meter.RewardReads): offline, before it is loaded, :func:`reward_reads` prices a
-  PRM at the row's prompt + completion + the one separator it appends (an ORM without it),
-  every policy token one of its tokens when both are ladder models (one character tokenizer)
-  and two otherwise (an upper estimate for a tokenizer the check cannot read offline). The
-  trainer measures the loaded model's own expansion and chat template.
+  (race.flops.meter.RewardReads, race.feedback.reads): :func:`reward_reads` measures it as the
+  trainer does where both folders are here (a local folder or the hub cache), else applies
+  the planning rule -- every policy token one of its tokens when both are ladder models (one
+  character tokenizer), two otherwise (an estimate for tokenizers not at hand), plus the
+  separator a PRM appends.
 * LM head: at the completion positions of the learning forward, on every device (executed
   FLOPs, which this module does not plan, follow the device: race.flops.meter).
 * Time: model FLOPs / an assumed sustained FLOP/s -- an assumption stated by the caller, not a
@@ -88,6 +88,14 @@ def reward_reads(policy: str, model: str | None, head: str = "token", *,
     return planned_reads(arch, head, shared=shared)
 
 
+def spec_reads(policy: str, reward, revisions: dict[str, str] | None = None) \
+        -> RewardReads | None:
+    """:func:`reward_reads` of a ``rewards:`` entry (race.core.specs.RewardSpec): its model,
+    its score head (an ORM's pools the sequence) and its chat-template option."""
+    return reward_reads(policy, reward.model, "sequence" if reward.type == "orm" else "token",
+                        chat_template=reward.chat_template, revisions=revisions)
+
+
 def local_folder(spec: str, revisions: dict[str, str] | None = None) -> Path | None:
     """The folder holding ``spec``'s tokenizer and config.json here, without downloading:
     the folder itself, or a hub id's cached snapshot at its pin; None for a ladder name (the
@@ -111,10 +119,8 @@ def format_reward_reads(study: Study) -> str:
     for name, reward in study.rewards.items():
         if reward.model is None:
             continue
-        head = "sequence" if reward.type == "orm" else "token"
         for size in study.sizes:
-            reads = reward_reads(size, reward.model, head, chat_template=reward.chat_template,
-                                 revisions=study.revisions)
+            reads = spec_reads(size, reward, study.revisions)
             if reads is None:
                 lines.append(f"  {name} on {size}: architecture not known offline")
                 continue
@@ -329,8 +335,7 @@ def job_step_cost(job, prompt_len: int) -> StepCost | None:
 def _allocation_step(arch: F.Arch, alloc, policy: str, reward, prompt_len: int,
                      grad_ckpt: bool, revisions: dict[str, str] | None = None) -> StepCost:
     """:func:`step_cost` of an allocation and a reward spec (race.core.specs)."""
-    reads = reward_reads(policy, reward.model, "sequence" if reward.type == "orm" else "token",
-                         chat_template=reward.chat_template, revisions=revisions)
+    reads = spec_reads(policy, reward, revisions)
     return step_cost(arch, rows=alloc.rows, prompt_len=prompt_len,
                      completion_len=alloc.max_completion_length, lora=alloc.lora,
                      beta=alloc.beta, num_iterations=alloc.num_iterations, reward=reads,
