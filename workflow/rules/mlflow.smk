@@ -35,8 +35,10 @@ rule mlflow_log:
     params:
         # The resolved config: the mirror rebuilds each cell's train and eval jobs (run
         # params, expected evaluations) and attaches the config to the study run. Less how
-        # jobs are scheduled and where reports go, so that editing those reruns nothing here.
-        config=STUDY.slice(*(k for k in STUDY.config if k not in ("resources", "reports_dir"))),
+        # jobs are scheduled (resources, the SLURM partition) and where reports go, so that
+        # editing those reruns nothing here.
+        config=STUDY.slice(*(k for k in STUDY.config
+                             if k not in ("resources", "slurm", "reports_dir"))),
         selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
         reports=lambda w, input: os.path.dirname(input.report),
     log:
