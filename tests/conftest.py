@@ -1,5 +1,6 @@
 """Shared test setup: one thread, fixed seeds, and small on-disk fixtures built per session."""
 
+import json
 import os
 import random
 import subprocess
@@ -17,21 +18,30 @@ def pytest_configure(config):
     torch.set_num_threads(1)
 
 
+SLURM_CLUSTER = ["bash", str(Path(__file__).resolve().parents[1] / "tools" / "slurm-cluster.sh")]
+SLURM_RECORD = "slurm-cluster.json"  # in the folder the run's workers share
+
+#: Test files in the order pytest-xdist's workers take them (pyproject.toml: whole files, in
+#: collection order): those that run a study first, so that they start at once on separate
+#: workers and the unit tests fill in beside them; last, the file that only reads the smoke
+#: study test_smoke_study.py runs (tests/smoke.py), so that it rarely waits for it.
+FIRST = ("test_smoke_study.py", "test_rehearsal.py", "test_gpus.py")
+LAST = ("test_faults.py",)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Test files that run a study (those with ``slow`` tests, the most first) lead the
-    collection: pytest-xdist hands whole files to its workers in this order (pyproject.toml),
-    so the long ones start at once on separate workers and the unit tests fill in beside
-    them, instead of one study starting last on a worker that already ran everything else."""
-    slow: dict[str, int] = {}
-    for item in items:
-        slow[item.path.name] = slow.get(item.path.name, 0) + bool(item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.path.name])  # stable: file order kept otherwise
+    def rank(item) -> int:
+        name = item.path.name
+        return FIRST.index(name) if name in FIRST else (
+            len(FIRST) + 1 if name in LAST else len(FIRST))
+
+    items.sort(key=rank)  # stable: file order kept otherwise
 
 
 def pytest_xdist_auto_num_workers(config):
     """One worker more than cores (pyproject.toml's ``--numprocesses=auto``): the files that
     run a study leave a core idle while their jobs start up, wait on SLURM's status polls or
-    run one at a time, and a third worker runs the unit tests in those gaps."""
+    run one at a time, and the third worker runs the unit tests in those gaps."""
     return (os.cpu_count() or 1) + 1
 
 
@@ -66,15 +76,48 @@ def tokenizer(tokenizer_dir):
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster():
+def slurm_cluster(shared_tmp):
     """The single-node SLURM cluster of tools/slurm-cluster.sh for the tests that submit jobs,
-    brought up once per test run (and down at its end, if it was not already running); else
-    the reason it cannot be. While it is up, no snakemake call waits on it: with the SLURM
-    client installed but no controller, each waits ~10 s (the executor plugin asks
-    `scontrol show config` as it loads)."""
-    script = ["bash", str(Path(__file__).resolve().parents[1] / "tools" / "slurm-cluster.sh")]
-    running = subprocess.run([*script, "status"], capture_output=True).returncode == 0
-    up = subprocess.run([*script, "up"], capture_output=True, text=True, timeout=600)
-    yield None if up.returncode == 0 else (up.stderr.strip() or up.stdout.strip())
-    if up.returncode == 0 and not running:
-        subprocess.run([*script, "down"], capture_output=True)
+    brought up once per test run by the first worker to ask (the others wait on the lock),
+    and taken down at the run's end if it was not already running; else the reason it
+    cannot be. While it is up, no snakemake call waits on it: with the SLURM client installed
+    but no controller, each waits ~10 s (the executor plugin asks `scontrol show config` as
+    it loads)."""
+    from filelock import FileLock
+
+    record = shared_tmp / SLURM_RECORD
+    with FileLock(shared_tmp / "slurm-cluster.lock"):
+        if not record.exists():
+            running = subprocess.run([*SLURM_CLUSTER, "status"], capture_output=True)
+            up = subprocess.run([*SLURM_CLUSTER, "up"], capture_output=True, text=True,
+                                timeout=600)
+            record.write_text(json.dumps({
+                "error": None if up.returncode == 0 else (up.stderr.strip() or up.stdout.strip()),
+                "take_down": up.returncode == 0 and running.returncode != 0}))
+    return json.loads(record.read_text())["error"]
+
+
+def pytest_sessionfinish(session):
+    """At the end of the run (in pytest-xdist's controller, or the one process), take down a
+    cluster that `slurm_cluster` brought up."""
+    if hasattr(session.config, "workerinput"):
+        return
+    record = session.config._tmp_path_factory.getbasetemp() / SLURM_RECORD
+    if record.exists() and json.loads(record.read_text())["take_down"]:
+        subprocess.run([*SLURM_CLUSTER, "down"], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def shared_tmp(tmp_path_factory, worker_id) -> Path:
+    """A folder every pytest-xdist worker of this test run shares (the run's own temporary
+    folder when it runs in one process)."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
+@pytest.fixture(scope="session")
+def smoke_study(shared_tmp, request) -> dict:
+    """The smoke study, run once per test run across the workers (tests/smoke.py)."""
+    from smoke import finished_study
+
+    return finished_study(shared_tmp, lambda: request.getfixturevalue("slurm_cluster"))

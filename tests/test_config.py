@@ -3,6 +3,8 @@ one reader and on a config Snakemake read with YAML 1.1), and a clear error nami
 anything in a FLOP-valued key that is not a positive number."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -243,12 +245,19 @@ def test_a_file_that_is_not_a_config_is_named(tmp_path, capsys, text, message, v
     assert err.count(str(path)) == 1 and "Traceback" not in err
 
 
-@pytest.mark.parametrize("job", ["{not json", '{"unknown_field": 1}'])
-def test_a_bad_job_is_a_message_not_a_traceback(capsys, job):
+@pytest.mark.parametrize("job, message", [
+    ("{not json", ""), ('{"unknown_field": 1}', ""), ("[1]", ""),
+    # A rung of NaN or infinity: one line naming it (was an OverflowError traceback).
+    ('{"rungs": [1e9, Infinity]}', "rungs[1]: inf is not a finite number"),
+    ('{"rungs": [NaN]}', "rungs[0]: nan is not a finite number"),
+    ('{"alloc": {"learning_rate": 1e400}}', "alloc.learning_rate: inf is not a finite number"),
+])
+def test_a_bad_job_is_a_message_not_a_traceback(capsys, job, message):
     from race.cli import main
 
     assert main(["train", "--job", job]) == 2
-    assert capsys.readouterr().err.startswith("race train: --job: ")
+    err = capsys.readouterr().err
+    assert err.startswith(f"race train: --job: {message}") and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "configs/smoke.yaml", "configs/qwen2.5.yaml"])
@@ -359,3 +368,48 @@ def test_names_and_text_with_stray_characters_are_refused(tmp_path, edit, messag
         load_study(_smoke_with(tmp_path, edit))
     assert message in str(error.value)
     assert not (tmp_path / "results").exists()
+
+
+#: Values of the right type that no researcher means, by key: each is refused naming its key.
+OUT_OF_RANGE = [
+    ("allocations.base", "num_generations", 1e9), ("allocations.base", "prompts_per_step", 0),
+    ("allocations.base", "lora_rank", 1e30), ("task", "n_train", 1e30), ("task", "seed", -1),
+    ("task", "seed", 1e30), ("pretrain", "token_budget", 1e30), ("pretrain", "seed", 1e30),
+    ("prm", "steps", 1e30), ("prm", "n_prompts", 0), ("training", "learning_rate", 0),
+    ("training", "learning_rate", 1e30), ("training", "beta", -1),
+    ("training", "temperature", 0), ("training", "temperature", 1e30),
+    ("training", "max_completion_length", 1e30), ("eval", "sampled_k", 0),
+    ("eval", "sampled_prompts", 1e30), ("eval", "seed", 1e30),
+    ("resources.train", "threads", 1e30),
+]
+
+
+@pytest.mark.parametrize("section, key, value", OUT_OF_RANGE)
+def test_a_number_out_of_range_is_refused_naming_its_key(tmp_path, section, key, value):
+    path = _smoke_with(tmp_path, lambda c: _set_key(c, section, key, value))
+    with pytest.raises(ConfigError) as error:
+        load_study(path)
+    assert str(error.value).startswith(f"{section}.{key}: "), str(error.value)
+    assert "minimum" in str(error.value) or "maximum" in str(error.value), str(error.value)
+    assert not (tmp_path / "results").exists()
+
+
+def test_check_config_answers_a_huge_count_without_allocating_for_it(tmp_path):
+    """num_generations: 1e9 once made `race check-config` allocate ~23 GB (every row of the
+    worst-case batch): now the schema refuses it, in one line, in a small process (its own
+    peak resident memory, VmHWM, printed as it exits: getrusage's maximum would include the
+    forking test process's, which Linux carries across exec)."""
+    path = _smoke_with(tmp_path, lambda c: c["allocations"]["base"].update(
+        num_generations=1e9))
+    measured = ("import re, runpy, sys\n"
+                "sys.argv = ['race', 'check-config', sys.argv[1]]\n"
+                "try:\n    runpy.run_module('race.cli', run_name='__main__')\n"
+                "finally:\n    status = open('/proc/self/status').read()\n"
+                "    print('peak_kib', re.search(r'VmHWM:\\s+(\\d+) kB', status).group(1), "
+                "file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", measured, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "allocations.base.num_generations: " in proc.stderr, proc.stderr[-2000:]
+    peak_kib = int(re.search(r"peak_kib (\d+)", proc.stderr).group(1))
+    assert peak_kib < 1024 ** 2, f"{peak_kib / 1024:.0f} MiB"

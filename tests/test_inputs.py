@@ -29,10 +29,11 @@ def smoke(tmp_path: Path, **override) -> Path:
     return path
 
 
-def jsonl_task(tmp_path: Path, train: str) -> dict:
+def jsonl_task(tmp_path: Path, train: str | bytes) -> dict:
     good = tmp_path / "eval.jsonl"
     good.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
-    (tmp_path / "train.jsonl").write_text(train)
+    train_path = tmp_path / "train.jsonl"
+    train_path.write_bytes(train if isinstance(train, bytes) else train.encode())
     return {"kind": "jsonl", "train_jsonl": str(tmp_path / "train.jsonl"),
             "eval_in_jsonl": str(good), "eval_ood_jsonl": str(good)}
 
@@ -43,12 +44,28 @@ def jsonl_task(tmp_path: Path, train: str) -> dict:
     ('{"prompt": "1+1=", "answer": "2"}\n[1, 2]\n', "{path}:2: a record is a JSON object"),
     ('{"prompt": "1+1="}\n', "{path}:1: record lacks key(s) ['answer']"),
     ('{"prompt": "1+1=", "answer": "2"}\n{"prompt": \n', "{path}:2: not valid JSON"),
+    # Text fields hold non-empty text: a null is not the prompt "None".
+    ('{"prompt": null, "answer": null}\n', "{path}:1: prompt must be non-empty text, not a "
+                                            "null"),
+    ('{"prompt": "1+1=", "answer": null}\n', "{path}:1: answer must be non-empty text, not a "
+                                              "null"),
+    ('{"prompt": "", "answer": "2"}\n', "{path}:1: prompt must be non-empty text, not empty"),
+    ('{"prompt": " \\n", "answer": "2"}\n', "{path}:1: prompt must be non-empty text, not "
+                                             "empty"),
+    ('{"prompt": {"text": "1+1="}, "answer": "2"}\n', "{path}:1: prompt must be non-empty "
+                                                     "text, not a dict"),
+    ('{"prompt": "1+1=", "answer": 2}\n', "{path}:1: answer must be non-empty text, not an int"),
+    ('{"prompt": "1+1=", "answer": "2", "solution": [1]}\n', "{path}:1: solution must be "
+                                                             "text, not a list"),
+    (b'{"prompt": "1+1=", "answer": "2"}\n{"prompt": "1\xff", "answer": "2"}\n',
+     "{path}:2: not UTF-8 (byte 14 of the line)"),
 ])
 def test_bad_task_files_are_named_with_their_line(tmp_path, train, message):
     path = smoke(tmp_path, task=jsonl_task(tmp_path, train), teacher={"noisy": False})
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert message.format(path=tmp_path / "train.jsonl") in str(err.value)
+    assert not (tmp_path / "results").exists()  # refused before anything is written
 
 
 def test_a_folder_that_is_not_a_model_is_refused(tmp_path):

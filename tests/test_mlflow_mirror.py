@@ -504,3 +504,13 @@ def test_the_ui_server_is_loopback_with_one_worker(config):
     ctx = cli.get_command(click.Context(cli), "ui").make_context("ui", argv[4:])
     assert (ctx.params["host"], ctx.params["workers"], ctx.params["port"]) == (
         "127.0.0.1", "1", 5077)
+
+
+def test_the_tracking_db_follows_the_umask(config, umask_002):
+    """A store a group shares: the sqlite file MLflow creates (0644 whatever the umask) comes
+    out 0664 under umask 002, as the weights do."""
+    from race.tracking.mlflow_runs import ensure_experiment
+
+    ensure_experiment(config.mlflow)
+    db = Path(config.mlflow.tracking_uri.removeprefix("sqlite:///"))
+    assert db.stat().st_mode & 0o777 == 0o664

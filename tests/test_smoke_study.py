@@ -1,31 +1,24 @@
-"""The smoke study, run once per test run (through SLURM where tools/slurm-cluster.sh can
-bring a cluster up, else locally) and read by every test that needs a finished study: its
-outputs end to end, its SLURM jobs, and the faults a copy of it survives."""
+"""The smoke study (tests/smoke.py: run once per test run, through SLURM where
+tools/slurm-cluster.sh can bring a cluster up, else locally): its outputs end to end and its
+SLURM jobs."""
 
 import json
 import posixpath
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 from dry_run import job_counts
-from faults import checkpoint, kill_switch, steps_done
+from smoke import KILLED, ON_SLURM
 from test_workflow import MODEL_RULES, SMOKE_RESULTS, snakemake, workdir
 
-from race.analysis.columns import TIMING_COLUMNS
 from race.analysis.report_markdown import FIGURE_CAPTIONS
 from race.core.cells import format_budget
-
-#: The smoke study on the cluster: the model jobs on partition gpu, training asking for a GPU
-#: (the cluster's are stand-ins: the jobs compute on the CPU, as locally).
-ON_SLURM = "slurm: {partition: gpu}\nresources: {train: {gpu: 1}}\n"
 
 
 def test_a_gpu_job_on_a_partition_without_gpus_is_refused_before_submission(
@@ -44,30 +37,6 @@ def test_a_gpu_job_on_a_partition_without_gpus_is_refused_before_submission(
     assert ("resources.train.gpu: 1 asks for a GPU, but SLURM partition 'cpu' (slurm.partition)"
             " has no GPU on any node" in out), out[-2000:]
     assert "submitted with SLURM" not in out and not (wd / SMOKE_RESULTS / "data").exists()
-
-
-@pytest.fixture(scope="module")
-def smoke_study(tmp_path_factory, slurm_cluster) -> dict:
-    """The smoke study, run once uninterrupted, and what the fault-injection test must find
-    again after its faults (run locally): the runs table, every ledger, every MLflow point.
-    Where tools/slurm-cluster.sh can bring a cluster up (root on Debian), it runs through
-    profiles/slurm, so that the fault test also finds the cluster's study equal to a local
-    one; a hang is a failure (timeout)."""
-    wd = workdir(tmp_path_factory.mktemp("smoke"))
-    if slurm_cluster is None:
-        (wd / "study.yaml").write_text((wd / "configs" / "smoke.yaml").read_text() + ON_SLURM)
-        proc = snakemake(wd, "--workflow-profile", "profiles/slurm", "--configfile",
-                         "study.yaml", "--slurm-init-seconds-before-status-checks", "2",
-                         "--seconds-between-status-checks", "2",
-                         timeout=1200)
-    else:
-        proc = snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
-    # A copy as it finished (the end-to-end test edits wd): the fault test starts from it.
-    finished = tmp_path_factory.mktemp("smoke-finished") / "wd"
-    shutil.copytree(wd, finished, symlinks=True)
-    return {"wd": wd, "finished": finished, "runs": runs_table(wd), "ledgers": ledgers(wd),
-            "mlflow": mlflow_points(wd), "log": proc.stdout + proc.stderr,
-            "slurm": slurm_cluster is None, "not_on_slurm": slurm_cluster}
 
 
 @pytest.mark.slow
@@ -216,101 +185,3 @@ def mlflow_eval_points(db) -> dict[str, tuple[int, int]]:
     rows = db.execute("select run_uuid, count(*), count(distinct key || ':' || step) "
                       "from metrics where key like 'eval/%' group by run_uuid").fetchall()
     return {run: (n, distinct) for run, n, distinct in rows}
-
-
-# ----------------------------------------------------------------------------- faults
-
-KILLED = "size~nano/reward~rule/alloc~base/seed~0"  # the cell with the most steps
-CUT_LEDGER = "size~micro/reward~rule/alloc~updates/seed~0/budget~8e9/ledger.json"
-CUT_EVAL = "size~nano/reward~rule+prm/alloc~base/seed~0/budget~4e9/eval.json"
-
-
-def runs_table(wd: Path) -> pd.DataFrame:
-    runs = pd.read_csv(wd / SMOKE_RESULTS / "runs.csv").drop(columns=TIMING_COLUMNS)
-    return runs.sort_values(["stage", "cell", "budget"]).reset_index(drop=True)
-
-
-def without_wall_time(obj):
-    if isinstance(obj, dict):
-        return {k: without_wall_time(v) for k, v in obj.items() if k != "wall_s"}
-    if isinstance(obj, list):
-        return [without_wall_time(v) for v in obj]
-    return obj
-
-
-def ledgers(wd: Path) -> dict[str, dict]:
-    """Every ledger of the study (each rung's and each run's), wall seconds aside."""
-    root = wd / SMOKE_RESULTS / "runs"
-    return {str(p.relative_to(root)): without_wall_time(json.loads(p.read_text()))
-            for p in sorted(root.rglob("ledger.json")) if "checkpoints" not in p.parts}
-
-
-def mlflow_points(wd: Path) -> list[tuple]:
-    """(run_key, key, step, value) of every metric point of the active runs, with repeats;
-    wall seconds (perf/...) without their value, which differs between any two runs."""
-    db = sqlite3.connect(wd / SMOKE_RESULTS / "mlflow" / "mlflow.db")
-    rows = db.execute("select t.value, m.key, m.step, m.value from metrics m join runs r on "
-                      "r.run_uuid = m.run_uuid join tags t on t.run_uuid = m.run_uuid and "
-                      "t.key = 'run_key' where r.lifecycle_stage = 'active'").fetchall()
-    db.close()
-    return sorted((run, key, step, None if key.startswith("perf/") else value)
-                  for run, key, step, value in rows)
-
-
-def cut_short(path: Path) -> None:
-    text = path.read_text()
-    path.write_text(text[: len(text) // 2])
-
-
-@pytest.mark.slow
-def test_faults_leave_the_study_as_if_uninterrupted(smoke_study, tmp_path):
-    """On a copy of the finished smoke study: undo one cell, kill its training job after its
-    second rung, rerun; then delete the MLflow DB, cut a ledger and an evaluation short,
-    rerun: the study is the uninterrupted one."""
-    wd = tmp_path / "wd"
-    shutil.copytree(smoke_study["finished"], wd, symlinks=True)
-    # The copy is the finished study where it now lies: nothing to redo.
-    assert "Nothing to be done" in snakemake(wd, "-n", "--cores", "2", "--configfile",
-                                             "configs/smoke.yaml").stdout
-    run = wd / SMOKE_RESULTS / "runs" / KILLED
-    shutil.rmtree(run)  # only this cell (and what reads it) runs again
-    # The training job of KILLED kills itself two steps past its second rung's checkpoint.
-    study = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2",
-                              "--configfile", "configs/smoke.yaml"], cwd=wd,
-                             env=kill_switch(tmp_path / "kill", run, rungs=2, steps=2),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert study.wait(timeout=900) != 0  # the workflow reports the killed job
-    killed_at = steps_done(run)
-    step, rungs = checkpoint(run)
-    assert rungs == 2 and killed_at > step and not (run / "DONE").exists()
-
-    snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
-    log = (wd / "logs" / "runs" / f"{KILLED}.log").read_text()
-    resumed = re.search(r"resuming from checkpoint-(\d+) \((\d+) steps kept; rung summaries "
-                        r"rebuilt: \['4e9', '8e9'\]\)", log)
-    assert resumed, log[-2000:]
-    kept = int(resumed.group(2))
-    print(f"killed after {killed_at} steps; resumed from step {kept}: "
-          f"{killed_at - kept} steps redone")
-    assert killed_at == kept + 1  # killed at the end of step kept + 2, before it was logged
-
-    (wd / SMOKE_RESULTS / "mlflow" / "mlflow.db").unlink()
-    cut_short(wd / SMOKE_RESULTS / "runs" / CUT_LEDGER)
-    cut_short(wd / SMOKE_RESULTS / "runs" / CUT_EVAL)
-    # A dry run says what it would set aside and changes nothing.
-    dry = snakemake(wd, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml")
-    assert (dry.stdout + dry.stderr).count("(dry run: left in place)") == 3
-    assert (wd / SMOKE_RESULTS / "runs" / CUT_LEDGER).exists()
-    assert (wd / SMOKE_RESULTS / "runs" / CUT_EVAL).exists()
-    assert (wd / SMOKE_RESULTS / "mlflow" / "logged.json").exists()
-    rerun = snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
-    notes = rerun.stdout + rerun.stderr
-    assert "set aside as ledger.json.corrupt, the train (race train) job reruns" in notes
-    assert "set aside as eval.json.corrupt, the evaluate (race evaluate) job reruns" in notes
-    assert "the tracking DB" in notes and "rebuilds it" in notes
-
-    pd.testing.assert_frame_equal(runs_table(wd), smoke_study["runs"])
-    assert ledgers(wd) == smoke_study["ledgers"]
-    points = mlflow_points(wd)
-    assert len({p[:3] for p in points}) == len(points)  # no (run, key, step) twice
-    assert points == smoke_study["mlflow"]  # the same runs and points as before

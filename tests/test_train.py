@@ -751,3 +751,18 @@ def test_a_rung_adapter_names_its_base_and_how_it_was_trained(tiny_base, referen
     from race.evaluation.snapshot import load_snapshot
 
     assert load_snapshot(config["base_model_name_or_path"], rung).adapter == str(rung)
+
+
+def test_a_missing_base_policy_folder_is_named_not_taken_for_a_hub_id(tiny_base, tmp_path,
+                                                                       capsys):
+    """A ladder size's base policy not written yet (its base job has not run): one line naming
+    the folder and what writes it, not transformers' malformed-repo-id error."""
+    from race.cli import main
+
+    missing = tmp_path / "results" / "base" / "size~nano"
+    job = replace(make_job(tiny_base, tmp_path / "run", [B1]), base=str(missing))
+    assert main(["train", "--job", to_json(job)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("race train: no such folder (a policy: a ladder size's base policy is "
+                   f"written by its base job, `snakemake` or `race pretrain`): {missing}\n"), err
+    assert not (tmp_path / "run").exists()

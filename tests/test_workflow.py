@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from smoke import SMOKE_RESULTS
 
 from race.cli import invocation
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The smoke study's results_dir (its reports_dir is the reports folder inside it): its own, so
-#: that running it beside the default study leaves results/ and the committed reports/ alone.
-SMOKE_RESULTS = "results-smoke"
 
 
 def workdir(tmp_path: Path) -> Path:
@@ -235,3 +233,53 @@ def test_a_stale_lock_and_a_pickle_rung_are_named_as_the_workflow_starts(tmp_pat
     assert (f"rung snapshot: {SMOKE_RESULTS}/runs/size~nano/reward~rule/alloc~base/seed~0/"
             "budget~8e9 holds pickle weights (adapter_model.bin)") in out
     assert all((run / f"budget~{b}" / "eval.json").read_text() == "{}" for b in ("4e9", "8e9"))
+
+
+@pytest.mark.parametrize("damaged, message", [
+    (f"{SMOKE_RESULTS}/base/size~nano/model.safetensors",
+     f"{SMOKE_RESULTS}/base/size~nano/model.safetensors is damaged (Error while deserializing "
+     f"header: incomplete metadata, file not fully covered): delete "
+     f"{SMOKE_RESULTS}/base/size~nano and rerun to have the base job write it again"),
+    (f"{SMOKE_RESULTS}/mlflow/mlflow.db",
+     f"mlflow.tracking_uri: {SMOKE_RESULTS}/mlflow/mlflow.db is damaged (file is not a "
+     "database): delete it, and the workflow rebuilds it from the run folders"),
+])
+def test_damaged_weights_or_tracking_db_are_named_as_the_workflow_starts(tmp_path, damaged,
+                                                                         message):
+    """A truncated base policy (a copy cut short) or a tracking DB that is not one stops the
+    workflow while it parses, naming the file and its repair, before any job (the base
+    policy was met by a train job's SafetensorError traceback; the DB by the mirror's)."""
+    import torch
+    from safetensors.torch import save_file
+
+    wd = workdir(tmp_path)
+    path = wd / damaged
+    path.parent.mkdir(parents=True)
+    if path.suffix == ".safetensors":
+        save_file({"w": torch.zeros(64)}, path)
+        path.write_bytes(path.read_bytes()[:-100])
+    else:
+        path.write_text("not a database " * 100)
+    proc = snakemake(wd, "-n", "--cores", "1", "--configfile", "configs/smoke.yaml",
+                     check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+    assert path.exists()  # nothing deleted
+
+
+def test_every_path_in_every_command_is_quoted(tmp_path):
+    """A results folder with a space in its name: each job's shell command, split as the shell
+    splits it, keeps every path whole (the data, tokenizer, MLflow and mirror rules once
+    passed `results smoke/data` as two arguments)."""
+    import shlex
+
+    wd = workdir(tmp_path)
+    text = (wd / "configs" / "smoke.yaml").read_text().replace(SMOKE_RESULTS, "results smoke")
+    (wd / "spaced.yaml").write_text(text)
+    out = snakemake(wd, "-n", "-p", "--cores", "1", "--configfile", "spaced.yaml").stdout
+    commands = re.findall(r"^Shell command: (.+)$", out, flags=re.M)
+    assert len(commands) >= 10, out[-2000:]
+    for command in commands:
+        words = shlex.split(command)
+        assert "results" not in words and not any(w.startswith("smoke/") for w in words), command
+    assert any("'results smoke/data'" in c for c in commands)

@@ -21,7 +21,7 @@ rule aggregate_pilot:
         mem_mb=res("aggregate", "mem_mb"),
         runtime=res("aggregate", "runtime"),
     shell:
-        "race aggregate --pilot --config {params.config:q} --out {output.pilot} > {log} 2>&1"
+        "race aggregate --pilot --config {params.config:q} --out {output.pilot:q} > {log:q} 2>&1"
 
 
 # RACE: rank the pilot (low rungs, one seed), select top-k + baseline per reward x target.
@@ -35,7 +35,7 @@ checkpoint select:
     params:
         top_k=STUDY.race.top_k,
         baseline=STUDY.baseline_alloc(),
-        targets=" ".join(STUDY.race_targets),
+        targets=list(STUDY.race_targets),
     log:
         "logs/select.log",
     priority: 10
@@ -44,8 +44,8 @@ checkpoint select:
         mem_mb=res("aggregate", "mem_mb"),
         runtime=res("aggregate", "runtime"),
     shell:
-        "race select {input.pilot} --top-k {params.top_k} --baseline {params.baseline}"
-        " --targets {params.targets} --out {output.selected} > {log} 2>&1"
+        "race select {input.pilot:q} --top-k {params.top_k} --baseline {params.baseline:q}"
+        " --targets {params.targets:q} --out {output.selected:q} > {log:q} 2>&1"
 
 
 # Everything: base policies, every grid cell x rung, the validation runs.
@@ -62,7 +62,7 @@ rule aggregate:
         stages=in_results("stages.csv"),
     params:
         config=rules.aggregate_pilot.params.config,
-        selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
+        selected=lambda w, input: ["--selected", input.selected] if RACE_ON else [],
     log:
         "logs/aggregate.log",
     threads: res("aggregate", "threads")
@@ -70,4 +70,4 @@ rule aggregate:
         mem_mb=res("aggregate", "mem_mb"),
         runtime=res("aggregate", "runtime"),
     shell:
-        "race aggregate --config {params.config:q} {params.selected} --out {output.runs} > {log} 2>&1"
+        "race aggregate --config {params.config:q} {params.selected:q} --out {output.runs:q} > {log:q} 2>&1"

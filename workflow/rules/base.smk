@@ -27,4 +27,4 @@ rule base:
         slurm_partition=slurm("partition"),
         slurm_account=slurm("account"),
     shell:
-        "race pretrain --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race pretrain --job {params.job:q} --threads {threads} > {log:q} 2>&1"

@@ -14,7 +14,7 @@ from race.policy.gpus import ENV as GPU_ENV
 from race.policy.gpus import local_slots
 from race.study import builders as B
 from race.study import config as S
-from race.study.inputs import check_rung_snapshots
+from race.study.inputs import check_rung_snapshots, check_stored_models, check_tracking_db
 from race.study.locks import lock_note
 from race.tracking.mirror import forget_lost_store
 
@@ -41,6 +41,10 @@ if workflow.is_main_process:
     # scheduled: found by its cell's evaluate job, it would cost that job's good outputs.
     if not UNLOCKING:
         check_rung_snapshots(STUDY)
+        # Weights a job will read and the tracking DB, damaged (a truncated copy): named
+        # with their repair here, not as a job's traceback.
+        check_stored_models(STUDY)
+        check_tracking_db(STUDY)
     # A damaged output looks up to date to Snakemake: set it aside so its job reruns. A dry
     # run only says what a real run would set aside.
     for line in set_aside_corrupt(R, DRY) + forget_lost_store(STUDY, DRY):

@@ -20,7 +20,7 @@ rule data:
         mem_mb=res("data", "mem_mb"),
         runtime=res("data", "runtime"),
     shell:
-        "race data --config {params.config:q} --out {params.out} > {log} 2>&1"
+        "race data --config {params.config:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule tokenizer:
@@ -39,4 +39,4 @@ rule tokenizer:
         mem_mb=res("tokenizer", "mem_mb"),
         runtime=res("tokenizer", "runtime"),
     shell:
-        "race tokenizer --out {params.out} > {log} 2>&1"
+        "race tokenizer --out {params.out:q} > {log:q} 2>&1"

@@ -30,7 +30,7 @@ rule evaluate:
         slurm_partition=slurm("partition"),
         slurm_account=slurm("account"),
     shell:
-        "race evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race evaluate --job {params.job:q} --threads {threads} > {log:q} 2>&1"
 
 
 # A validation-only seed is evaluated at the validation budget alone.
@@ -76,4 +76,4 @@ rule evaluate_base:
         slurm_partition=slurm("partition"),
         slurm_account=slurm("account"),
     shell:
-        "race evaluate --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race evaluate --job {params.job:q} --threads {threads} > {log:q} 2>&1"

@@ -17,7 +17,7 @@ rule mlflow_init:
         mem_mb=res("mlflow_init", "mem_mb"),
         runtime=res("mlflow_init", "runtime"),
     shell:
-        "race mlflow-init --config {params.config:q} --out {output} > {log} 2>&1"
+        "race mlflow-init --config {params.config:q} --out {output:q} > {log:q} 2>&1"
 
 
 # Mirror every run folder (params, per-step metrics, evaluations) into MLflow in one job, once
@@ -39,7 +39,7 @@ rule mlflow_log:
         # editing those reruns nothing here.
         config=STUDY.slice(*(k for k in STUDY.config
                              if k not in ("resources", "slurm", "reports_dir"))),
-        selected=lambda w, input: f"--selected {input.selected}" if RACE_ON else "",
+        selected=lambda w, input: ["--selected", input.selected] if RACE_ON else [],
         reports=lambda w, input: os.path.dirname(input.report),
     log:
         "logs/mlflow_log.log",
@@ -48,4 +48,4 @@ rule mlflow_log:
         mem_mb=res("mlflow_log", "mem_mb"),
         runtime=res("mlflow_log", "runtime"),
     shell:
-        "race mlflow-log --config {params.config:q} {params.selected} --reports {params.reports} --out {output} > {log} 2>&1"
+        "race mlflow-log --config {params.config:q} {params.selected:q} --reports {params.reports:q} --out {output:q} > {log:q} 2>&1"

@@ -26,7 +26,7 @@ rule prm_samples:
         slurm_partition=slurm("partition"),
         slurm_account=slurm("account"),
     shell:
-        "race prm-samples --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race prm-samples --job {params.job:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule prm:
@@ -55,4 +55,4 @@ rule prm:
         slurm_partition=slurm("partition"),
         slurm_account=slurm("account"),
     shell:
-        "race prm --job {params.job:q} --threads {threads} > {log} 2>&1"
+        "race prm --job {params.job:q} --threads {threads} > {log:q} 2>&1"

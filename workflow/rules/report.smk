@@ -67,4 +67,4 @@ rule report:
         mem_mb=res("report", "mem_mb"),
         runtime=res("report", "runtime"),
     shell:
-        "race report {input.stages} --prm {input.prms} --out {params.out} --config {params.config:q} --threads {threads} > {log} 2>&1"
+        "race report {input.stages:q} --prm {input.prms:q} --out {params.out:q} --config {params.config:q} --threads {threads} > {log:q} 2>&1"

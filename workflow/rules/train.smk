@@ -30,7 +30,7 @@ rule train:
         slurm_account=slurm("account"),
     shell:
         "race train --job {params.job:q} --run-options \"$RACE_TRAIN_RUN_OPTIONS\""
-        " --threads {threads} > {log} 2>&1"
+        " --threads {threads} > {log:q} 2>&1"
 
 
 # Validation runs of the configs the pilot selected, for the seeds the grid does not run;

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 
 from race.core.engines import DECODE_DEFAULT
@@ -254,12 +255,30 @@ def as_dict(value):
 
 
 def from_json(cls, text: str):
-    """Inverse of :func:`to_json` for a job class of :data:`JOBS`."""
+    """Inverse of :func:`to_json` for a job class of :data:`JOBS`. A number that is not finite
+    (JSON's NaN and Infinity, or 1e400) is refused, naming its field."""
     payload = json.loads(text)
+    if not isinstance(payload, dict):
+        raise ValueError(f"{cls.__name__}: a job is a JSON object, not {type(payload).__name__}")
+    if (where := _first_non_finite(payload)) is not None:
+        raise ValueError(f"{where[0]}: {where[1]} is not a finite number")
     unknown = sorted(set(payload) - set(_field_names(cls)))
     if unknown:
         raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}")
     return cls(**_typed(cls, payload))
+
+
+def _first_non_finite(value, where: str = "") -> tuple[str, float] | None:
+    """(dotted field, value) of the first NaN or infinity in a parsed JSON value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    items = value.items() if isinstance(value, dict) else (
+        enumerate(value) if isinstance(value, list) else ())
+    for key, item in items:
+        name = f"{where}[{key}]" if isinstance(key, int) else (f"{where}.{key}" if where else key)
+        if (found := _first_non_finite(item, name)) is not None:
+            return found
+    return None
 
 
 def _typed(cls, payload: dict) -> dict:

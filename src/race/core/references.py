@@ -21,6 +21,7 @@ resuming or reusing one of the old commit. A local folder is covered by its file
 from __future__ import annotations
 
 import contextlib
+import errno
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -37,6 +38,14 @@ def is_hub_reference(spec) -> bool:
     """A hub id that names no local folder (a folder shaped ``dir/name`` is a path, as
     ``from_pretrained`` reads it)."""
     return spec is not None and is_hub_id(str(spec)) and not Path(str(spec)).is_dir()
+
+
+def require_folder_or_hub_id(spec, what: str) -> None:
+    """Refuse a ``spec`` that is neither a hub id nor an existing folder (a local folder not
+    written yet): a FileNotFoundError naming it and what it should hold, where
+    ``from_pretrained`` would report a malformed repo id."""
+    if not is_hub_id(str(spec)) and not Path(str(spec)).is_dir():
+        raise FileNotFoundError(errno.ENOENT, f"no such folder ({what})", str(spec))
 
 
 @contextlib.contextmanager

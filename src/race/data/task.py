@@ -361,14 +361,44 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> None:
     write_text_atomic(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
+def _a(value) -> str:
+    name = "null" if value is None else type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def task_record(raw: dict, where: str) -> Record:
+    """A task record from a mapping with ``prompt`` and ``answer`` (both non-empty text: a
+    null, a number or an object is refused, not turned into the text "None"); other keys but
+    ``solution`` go to ``meta``. ``where`` names the row in the error."""
+    missing = [k for k in ("prompt", "answer") if k not in raw]
+    if missing:
+        raise ValueError(f"{where}: record lacks key(s) {missing}")
+    for key in ("prompt", "answer"):
+        value = raw[key]
+        if not isinstance(value, str) or not value.strip():
+            shown = "empty" if isinstance(value, str) else _a(value)
+            raise ValueError(f"{where}: {key} must be non-empty text, not {shown}")
+    solution = raw.get("solution")
+    if solution is not None and not isinstance(solution, str):
+        raise ValueError(f"{where}: solution must be text, not {_a(solution)}")
+    meta = {k: v for k, v in raw.items() if k not in ("prompt", "answer", "solution")}
+    return Record(raw["prompt"], raw["answer"], solution, meta)
+
+
 def load_jsonl(path: str | Path) -> list[Record]:
-    """Load ``{"prompt", "answer"[, "solution"]}`` records; other keys go to ``meta``. An
-    empty file, or a line that is not such an object, is an error naming the file and line."""
+    """Load ``{"prompt", "answer"[, "solution"]}`` records (:func:`task_record`). An empty
+    file, a line that is not UTF-8, or one that is not such an object, is an error naming
+    the file and line."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"task data file not found: {path}")
     out = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    for i, raw_line in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            line = raw_line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}:{i}: not UTF-8 (byte {exc.start + 1} of the line)") \
+                from None
         if not line.strip():
             continue
         try:
@@ -378,11 +408,7 @@ def load_jsonl(path: str | Path) -> list[Record]:
         if not isinstance(raw, dict):
             raise ValueError(f"{path}:{i}: a record is a JSON object with prompt and answer, "
                              f"not a {type(raw).__name__}")
-        missing = [k for k in ("prompt", "answer") if k not in raw]
-        if missing:
-            raise ValueError(f"{path}:{i}: record lacks key(s) {missing}")
-        meta = {k: v for k, v in raw.items() if k not in ("prompt", "answer", "solution")}
-        out.append(Record(str(raw["prompt"]), str(raw["answer"]), raw.get("solution"), meta))
+        out.append(task_record(raw, f"{path}:{i}"))
     if not out:
         raise ValueError(f"{path}: no records (the file is empty or blank)")
     return out
@@ -408,9 +434,9 @@ def load_hf_split(dataset_id: str, split: str, config_name: str | None = None,
 
     ds = load_dataset(dataset_id, config_name, split=split,
                       revision=revision_of(dataset_id, revision), **load_kwargs)
-    return [Record(**{k: v for k, v in mapper(ex).items() if k in ("prompt", "answer",
-                                                                    "solution")})
-            for ex in ds]
+    return [task_record({k: v for k, v in mapper(ex).items()
+                         if k in ("prompt", "answer", "solution")}, f"{dataset_id} {split} row {i}")
+            for i, ex in enumerate(ds, 1)]
 
 
 def is_arithmetic(record: Record) -> bool:

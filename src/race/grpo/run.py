@@ -67,7 +67,7 @@ from race.core.atomic import make_temp_dir, saving_weights, write_json_atomic, w
 from race.core.cells import DONE, PERF, format_budget, rung_dir
 from race.core.jobs import TrainJob
 from race.core.outputs import read_output
-from race.core.references import pinned
+from race.core.references import pinned, require_folder_or_hub_id
 from race.flops import analytic as flops
 from race.flops.ledger import BUDGET_PHASES, Ledger, LedgerRow
 from race.flops.meter import BatchShapes, StepMeter, generation_step_bound
@@ -359,10 +359,13 @@ def run_training(job: TrainJob) -> dict:
     """Train until the budget; returns the summary of the largest rung. Idempotent. The run
     folder is held by this process for the whole job (:func:`run_lock`)."""
     from race.policy.device import prepare_device
+    from race.policy.ladder import POLICY_FOLDER
 
     # A GPU asked for and absent, several visible, or one without bfloat16: an error naming
     # the key, nothing written.
     device = prepare_device(job.device, job.dtype, one_gpu=True)
+    # A base policy folder not written yet: named, before the run folder is touched.
+    require_folder_or_hub_id(job.base, POLICY_FOLDER)
     run_dir = Path(job.run_dir)
     # The job's hub revisions pin every load, the reward's feedback model's included.
     with run_lock(run_dir), pinned(job.revisions):

@@ -63,6 +63,11 @@ def build_ladder_model(name: str, tokenizer, seed: int = 0, attn_implementation:
     return Qwen2ForCausalLM(config)
 
 
+#: What a policy folder that is missing should hold, for the error naming it.
+POLICY_FOLDER = ("a policy: a ladder size's base policy is written by its base job, "
+                 "`snakemake` or `race pretrain`")
+
+
 def load_policy(spec: str | Path, attn_implementation: str = "sdpa", dtype=None,
                 revision: str | None = None):
     """Load a causal LM from a hub id or a local directory: no remote code, safetensors only.
@@ -74,13 +79,14 @@ def load_policy(spec: str | Path, attn_implementation: str = "sdpa", dtype=None,
     """
     from transformers import AutoModelForCausalLM
 
-    from race.core.references import revision_of
+    from race.core.references import require_folder_or_hub_id, revision_of
 
     spec = str(spec)
     if is_ladder_name(spec):
         raise ValueError(
             f"{spec!r} is a ladder name: load its pretrained directory (results/base/size~{spec})"
         )
+    require_folder_or_hub_id(spec, POLICY_FOLDER)
     return AutoModelForCausalLM.from_pretrained(
         spec,
         trust_remote_code=False,

@@ -160,3 +160,49 @@ def check_rung_snapshots(study) -> None:
             except InputError as exc:
                 raise InputError(f"{exc}; delete that folder and rerun to have the cell's "
                                  "training job write it again") from None
+
+
+def check_stored_models(study) -> None:
+    """Every model folder a job of the study will read, where it exists (a base policy or PRM
+    this study trained, or a local folder the config names), holds weight files whose
+    safetensors header is intact and fits the file (a truncated copy fails here): only the
+    headers are read, never the tensors. Run when the workflow starts, so that a damaged file
+    is named with its repair before any job, not met as a traceback mid-study."""
+    from safetensors import safe_open
+
+    feedback = {s for r in study.rewards.values() for s in (r.prm, r.orm) if s is not None}
+    feedback |= set(study.prm_sizes) | ({study.eval.prm} if study.eval.prm else set())
+    folders = [(study.base_dir(s), is_ladder(s), "base") for s in study.sizes]
+    folders += [(study.prm_dir(s), is_ladder(s), "prm") for s in sorted(feedback)]
+    for folder, trained, rule in folders:
+        if not Path(folder).is_dir():
+            continue  # a hub id, or not trained yet
+        for weights in sorted(Path(folder).glob("*.safetensors")):
+            try:
+                with safe_open(weights, framework="pt") as f:
+                    f.keys()
+            except Exception as exc:  # safetensors' own error type varies by version
+                repair = (f"delete {folder} and rerun to have the {rule} job write it again"
+                          if trained else "restore it from where it came")
+                raise InputError(f"{weights} is damaged ({str(exc).strip() or type(exc).__name__}"
+                                 f"): {repair}") from None
+
+
+def check_tracking_db(study) -> None:
+    """The study's sqlite tracking DB, where it exists, answers a query: a damaged one is
+    named with its repair before any job runs (the mirror rebuilds a deleted DB from the run
+    folders, race.tracking.mirror)."""
+    import sqlite3
+
+    uri = study.mlflow.tracking_uri
+    if not (study.mlflow.enabled and uri.startswith("sqlite:///")):
+        return
+    db = Path(uri.removeprefix("sqlite:///"))
+    if not db.is_file():
+        return
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            con.execute("select count(*) from sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"mlflow.tracking_uri: {db} is damaged ({exc}): delete it, and the "
+                         "workflow rebuilds it from the run folders") from None

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from race.core.atomic import write_json_atomic, write_text_atomic
+from race.core.atomic import current_umask, write_json_atomic, write_text_atomic
 from race.core.cells import parse_key
 from race.core.specs import MlflowSpec
 
@@ -127,8 +127,13 @@ def ensure_experiment(spec: MlflowSpec) -> str:
     training jobs after the DB was lost) break its schema migration, for good."""
     if not spec.tracking_uri.startswith("sqlite:///"):
         return _ensure_experiment(spec)
-    with locked(Path(spec.tracking_uri.removeprefix("sqlite:///")).parent, DB_LOCK_FILE):
-        return _ensure_experiment(spec)
+    db = Path(spec.tracking_uri.removeprefix("sqlite:///"))
+    with locked(db.parent, DB_LOCK_FILE):
+        created = not db.exists()
+        experiment_id = _ensure_experiment(spec)
+        if created:  # sqlite creates it 0644 whatever the umask; a group shares the store
+            db.chmod(0o666 & ~current_umask())
+        return experiment_id
 
 
 def _ensure_experiment(spec: MlflowSpec) -> str:
