@@ -19,6 +19,7 @@ FLOP phases are :mod:`race.flops.ledger`'s, the rollout engines :mod:`race.core.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 
 from race.core.errors import ConfigError
 from race.core.schema import check, default, properties, schema
@@ -510,3 +511,10 @@ class MlflowSpec(_Section):
     enabled: bool = field(default=default("mlflow", "enabled"))
     tracking_uri: str = field(default=default("mlflow", "tracking_uri"))
     artifact_root: str = field(default=default("mlflow", "artifact_root"))
+
+    @property
+    def sqlite_db(self) -> Path | None:
+        """The file of a ``sqlite:///`` tracking store (relative to where the study runs);
+        None for a tracking server."""
+        uri = self.tracking_uri
+        return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None

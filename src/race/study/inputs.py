@@ -194,11 +194,8 @@ def check_tracking_db(study) -> None:
     folders, race.tracking.mirror)."""
     import sqlite3
 
-    uri = study.mlflow.tracking_uri
-    if not (study.mlflow.enabled and uri.startswith("sqlite:///")):
-        return
-    db = Path(uri.removeprefix("sqlite:///"))
-    if not db.is_file():
+    db = study.mlflow.sqlite_db
+    if not (study.mlflow.enabled and db is not None and db.is_file()):
         return
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:

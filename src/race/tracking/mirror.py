@@ -162,11 +162,10 @@ def forget_lost_store(study: Study, dry_run: bool = False) -> list[str]:
     store from the run folders; returns a log line per file deleted (``dry_run``: per file a
     real run would delete; nothing is). (A tracking server's store cannot be checked without
     reaching it: run ``snakemake --forcerun mlflow_log``.)"""
-    uri = study.mlflow.tracking_uri
+    db = study.mlflow.sqlite_db
     logged = study.results / "mlflow" / "logged.json"
-    if not (study.mlflow.enabled and uri.startswith("sqlite:///") and logged.exists()):
+    if not (study.mlflow.enabled and db is not None and logged.exists()):
         return []
-    db = Path(uri.removeprefix("sqlite:///"))
     if db.exists():
         return []
     line = f"race: {logged}: the tracking DB {db} is gone; the mlflow_log job rebuilds it from "

@@ -125,9 +125,9 @@ def ensure_experiment(spec: MlflowSpec) -> str:
     """Create (once) the tracking DB and the experiment; returns the experiment id. A sqlite
     DB is created under a lock in its folder: two processes creating one at once (live
     training jobs after the DB was lost) break its schema migration, for good."""
-    if not spec.tracking_uri.startswith("sqlite:///"):
+    db = spec.sqlite_db
+    if db is None:
         return _ensure_experiment(spec)
-    db = Path(spec.tracking_uri.removeprefix("sqlite:///"))
     with locked(db.parent, DB_LOCK_FILE):
         created = not db.exists()
         experiment_id = _ensure_experiment(spec)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from race.core.specs import MlflowSpec
 
@@ -44,9 +43,8 @@ def experiment_id(spec: MlflowSpec) -> str | None:
     experiment does not exist yet (or the experiment is in MLflow's trash). A sqlite DB that
     does not exist is not created: MLflow's client would create it, outside the lock
     race.tracking.mlflow_runs.ensure_experiment creates it under."""
-    if spec.tracking_uri.startswith("sqlite:///"):
-        if not Path(spec.tracking_uri.removeprefix("sqlite:///")).is_file():
-            return None
+    if spec.sqlite_db is not None and not spec.sqlite_db.is_file():
+        return None
     from mlflow.tracking import MlflowClient
 
     exp = MlflowClient(tracking_uri=spec.tracking_uri).get_experiment_by_name(spec.experiment)
