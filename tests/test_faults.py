@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from faults import checkpoint, kill_switch, steps_done
 from smoke import KILLED, SMOKE_RESULTS, ledgers, mlflow_points, runs_table
 from test_workflow import snakemake
+
+from race.core.outputs import DRY_RUN_NOTE
 
 CUT_LEDGER = "size~micro/reward~rule/alloc~updates/seed~0/budget~8e9/ledger.json"
 CUT_EVAL = "size~nano/reward~rule+prm/alloc~base/seed~0/budget~4e9/eval.json"
@@ -58,9 +61,10 @@ def test_faults_leave_the_study_as_if_uninterrupted(smoke_study, tmp_path):
     (wd / SMOKE_RESULTS / "mlflow" / "mlflow.db").unlink()
     cut_short(wd / SMOKE_RESULTS / "runs" / CUT_LEDGER)
     cut_short(wd / SMOKE_RESULTS / "runs" / CUT_EVAL)
-    # A dry run says what it would set aside and changes nothing.
+    # A dry run says what it would set aside, and that its plan leaves those reruns out
+    # (Snakemake plans from the files as they are); it changes nothing.
     dry = snakemake(wd, "-n", "--cores", "2", "--configfile", "configs/smoke.yaml")
-    assert (dry.stdout + dry.stderr).count("(dry run: left in place)") == 3
+    assert (dry.stdout + dry.stderr).count(f"({DRY_RUN_NOTE})") == 3
     assert (wd / SMOKE_RESULTS / "runs" / CUT_LEDGER).exists()
     assert (wd / SMOKE_RESULTS / "runs" / CUT_EVAL).exists()
     assert (wd / SMOKE_RESULTS / "mlflow" / "logged.json").exists()
@@ -76,3 +80,32 @@ def test_faults_leave_the_study_as_if_uninterrupted(smoke_study, tmp_path):
     points = mlflow_points(wd)
     assert len({p[:3] for p in points}) == len(points)  # no (run, key, step) twice
     assert points == mlflow_points(finished)  # the same runs and points as before
+
+
+def tree_digest(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_config_whose_jobs_would_fail_at_start_touches_no_finished_cell(smoke_study, tmp_path):
+    """device: cuda on a machine without a GPU changes every model job's params, so Snakemake
+    would rerun them all, deleting their outputs first, and each would fail at its start: the
+    workflow refuses it when it starts, and every file of the finished study is unchanged."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a GPU here: device: cuda is a good config")
+    wd = tmp_path / "wd"
+    shutil.copytree(smoke_study["finished"], wd, symlinks=True)
+    config = yaml.safe_load((wd / "configs" / "smoke.yaml").read_text())
+    (wd / "cuda.yaml").write_text(yaml.safe_dump({**config, "device": "cuda"}))
+    before = tree_digest(wd / SMOKE_RESULTS)
+    dry = snakemake(wd, "-n", "--cores", "2", "--configfile", "cuda.yaml")
+    assert "a real run here stops at the start: device: cuda, but torch sees no CUDA device" \
+        in dry.stderr, dry.stderr[-2000:]
+    proc = snakemake(wd, "--cores", "2", "--configfile", "cuda.yaml", check=False)
+    assert proc.returncode != 0
+    assert "device: cuda, but torch sees no CUDA device" in proc.stdout + proc.stderr
+    assert tree_digest(wd / SMOKE_RESULTS) == before

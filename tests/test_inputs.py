@@ -13,6 +13,7 @@ from race.study.config import ConfigError, load_config, load_study
 from race.study.inputs import (
     InputError,
     check_adapter_dir,
+    check_devices_here,
     check_model_dir,
     check_rung_snapshots,
 )
@@ -128,6 +129,25 @@ def test_a_finished_rung_with_a_pickle_adapter_is_refused_before_any_job(tmp_pat
     assert (good / "eval.json").read_text() == "{}"
     (bad / "adapter_model.bin").rename(bad / "adapter_model.safetensors")
     check_rung_snapshots(study)
+
+
+def test_a_device_this_machine_lacks_is_refused_before_any_job(tmp_path):
+    """What the workflow checks as it starts on the local executor: every device a model job
+    asks for exists here (torch is imported only for a cuda device)."""
+    import torch
+
+    raw = yaml.safe_load((ROOT / "configs" / "smoke.yaml").read_text())
+    for device in ("auto", "cpu"):
+        check_devices_here(load_study(smoke(tmp_path, device=device)))
+    seen = torch.cuda.device_count()
+    rewards = {name: {**entry, "device": f"cuda:{seen}"} if "prm" in entry else entry
+               for name, entry in raw["rewards"].items()}
+    with pytest.raises(ConfigError, match=rf"rewards\.\S+\.device: cuda:{seen}, but torch "
+                                          rf"sees {seen} CUDA device\(s\) on this machine"):
+        check_devices_here(load_study(smoke(tmp_path, rewards=rewards)))
+    if not seen:
+        with pytest.raises(ConfigError, match="device: cuda, but torch sees no CUDA device"):
+            check_devices_here(load_study(smoke(tmp_path, device="cuda")))
 
 
 def test_check_config_reports_the_bad_input(tmp_path):

@@ -182,3 +182,12 @@ def test_run_options_travel_apart_from_the_job(smoke, live):
         B.eval_job(config, cell))
     with pytest.raises(ValueError, match=r"not a run option of race train: \['seed'\]"):
         jobs.with_run_options("train", job, '{"seed": 3}')
+    # Nor does any rule's config slice hold them (the tables, the mirror, the report).
+    every = list(limited.config)
+    assert all(typed_study({**limited.config, **edit}).slice(*every) == limited.slice(*every)
+               for edit in ({"max_steps_per_run": 10**6},
+                            {"training": {**limited.config["training"], "save_every": 7}},
+                            {"mlflow": {**limited.config["mlflow"], "live": not live}}))
+    sliced = json.loads(limited.slice(*every))
+    assert "save_every" not in sliced["training"] and "live" not in sliced["mlflow"]
+    assert "max_steps_per_run" not in sliced and sliced["training"] and sliced["mlflow"]

@@ -76,8 +76,9 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOG_DIR/jobcomp.log
 JobAcctGatherType=jobacct_gather/none
-# Finished jobs stay visible to squeue this long: the status command of profiles/slurm.
-MinJobAge=600
+# Finished jobs stay visible to squeue this long (the status command of profiles/slurm, and the
+# test that reads every job of a study that may take over ten minutes on a loaded machine).
+MinJobAge=3600
 GresTypes=gpu
 StateSaveLocation=$STATE_DIR/slurmctld
 SlurmdSpoolDir=$STATE_DIR/slurmd

@@ -14,7 +14,12 @@ from race.policy.gpus import ENV as GPU_ENV
 from race.policy.gpus import local_slots
 from race.study import builders as B
 from race.study import config as S
-from race.study.inputs import check_rung_snapshots, check_stored_models, check_tracking_db
+from race.study.inputs import (
+    check_devices_here,
+    check_rung_snapshots,
+    check_stored_models,
+    check_tracking_db,
+)
 from race.study.locks import lock_note
 from race.tracking.mirror import forget_lost_store
 
@@ -45,6 +50,16 @@ if workflow.is_main_process:
         # with their repair here, not as a job's traceback.
         check_stored_models(STUDY)
         check_tracking_db(STUDY)
+    # Model jobs compute where the local executor runs them: a device this machine lacks is
+    # refused before Snakemake deletes the outputs of the jobs it reruns (a dry run, of a GPU
+    # study on a laptop say, only says so). A cluster's nodes are not this machine.
+    if not UNLOCKING and workflow.nodes is None:
+        try:
+            check_devices_here(STUDY)
+        except ValueError as exc:
+            if not DRY:
+                raise
+            print(f"race: a real run here stops at the start: {exc}", file=sys.stderr)
     # A damaged output looks up to date to Snakemake: set it aside so its job reruns. A dry
     # run only says what a real run would set aside.
     for line in set_aside_corrupt(R, DRY) + forget_lost_store(STUDY, DRY):

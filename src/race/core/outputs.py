@@ -18,6 +18,11 @@ import json
 import os
 from pathlib import Path
 
+#: What a dry run adds to each repair it would make: Snakemake plans from the files as they
+#: are (a workflow cannot add to a dry run's plan when it starts), so the plan it prints leaves
+#: out the job that the repair reruns.
+DRY_RUN_NOTE = "dry run: left in place, and left out of the plan below"
+
 #: file name -> the workflow job (rule, and the command it runs) that writes it
 PRODUCERS = {
     "spec.json": "data (race data)",
@@ -159,5 +164,5 @@ def set_aside_corrupt(results_dir: str | Path, dry_run: bool = False) -> list[st
     ``dry_run``: only say which (a dry run changes no file)."""
     if dry_run:
         return [f"race: {p}: {reason}; a real run sets it aside and the {producer(p)} job "
-                "reruns (dry run: left in place)" for p, reason in corrupt_outputs(results_dir)]
+                f"reruns ({DRY_RUN_NOTE})" for p, reason in corrupt_outputs(results_dir)]
     return [set_aside(p, reason) for p, reason in corrupt_outputs(results_dir)]

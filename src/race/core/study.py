@@ -42,6 +42,10 @@ from race.core.specs import (
 
 #: The file in a results directory that names the study whose files it holds.
 STUDY_MARKER = "STUDY"
+#: Where the config sets how a training job runs, not what it computes (a job's run options,
+#: race.core.jobs.RUN_OPTIONS): :meth:`Study.slice` leaves them out, so that changing one
+#: reruns no table, mirror or report.
+RUN_OPTION_KEYS = (("training", "save_every"), ("mlflow", "live"), ("max_steps_per_run",))
 
 
 def _frozen(mapping: dict) -> Mapping:
@@ -74,7 +78,7 @@ class Study:
     eval: EvalSpec | None = None
     race: RaceSpec | None = None
     mlflow: MlflowSpec | None = None
-    mlflow_live: bool = False  # training jobs log to MLflow themselves
+    mlflow_live: bool | None = False  # training jobs log to MLflow themselves
     resources: Mapping | None = None
     # hub id -> the revision it is loaded at (race.core.references); None: a slice without it
     revisions: Mapping[str, str] | None = None
@@ -118,7 +122,9 @@ class Study:
             mlflow=None if mlflow is None else MlflowSpec(
                 experiment=mlflow.get("experiment") or c["study"], enabled=mlflow["enabled"],
                 tracking_uri=mlflow["tracking_uri"], artifact_root=mlflow["artifact_root"]),
-            mlflow_live=bool(mlflow and mlflow["enabled"] and mlflow["live"]),
+            # None: a slice, which carries no run option (RUN_OPTION_KEYS)
+            mlflow_live=None if mlflow is not None and "live" not in mlflow
+            else bool(mlflow and mlflow["enabled"] and mlflow["live"]),
             resources=_frozen(c["resources"]) if "resources" in c else None,
             revisions=_frozen(c["revisions"]) if "revisions" in c else None,
             gpu_memory_gb=get("gpu_memory_gb"),
@@ -127,10 +133,16 @@ class Study:
         )
 
     def slice(self, *keys: str) -> str:
-        """JSON of the named top-level sections: what a rule hands its command (and what
-        Snakemake's params trigger compares, so editing another section reruns nothing)."""
-        return json.dumps({k: self.config[k] for k in keys if k in self.config},
-                          sort_keys=True)
+        """JSON of the named top-level sections less the run options (:data:`RUN_OPTION_KEYS`):
+        what a rule hands its command (and what Snakemake's params trigger compares, so
+        editing another section or a run option reruns nothing)."""
+        out = {k: self.config[k] for k in keys if k in self.config}
+        for *section, key in RUN_OPTION_KEYS:
+            if not section:
+                out.pop(key, None)
+            elif isinstance(out.get(section[0]), Mapping):
+                out[section[0]] = {k: v for k, v in out[section[0]].items() if k != key}
+        return json.dumps(out, sort_keys=True)
 
     def data_slice(self) -> str:
         """The data rule's slice: ``task``, and ``revisions`` with the pins of the task's

@@ -203,3 +203,27 @@ def check_tracking_db(study) -> None:
     except sqlite3.DatabaseError as exc:
         raise InputError(f"mlflow.tracking_uri: {db} is damaged ({exc}): delete it, and the "
                          "workflow rebuilds it from the run folders") from None
+
+
+def check_devices_here(study) -> None:
+    """Every device the study's model jobs ask for, checked on this machine, where the local
+    executor runs them: ``device: cuda`` where torch sees no GPU (or ``training.dtype:
+    bfloat16`` on a GPU without it, race.policy.device), a reward's ``cuda:N`` past the GPUs
+    torch sees. Run when the workflow starts: each job would fail at its own start, after
+    Snakemake had deleted the outputs it reruns. ``auto`` and ``cpu`` always resolve: torch is
+    not imported for them."""
+    from race.core.errors import ConfigError
+
+    if study.device == "cuda":
+        from race.policy.device import prepare_device
+
+        prepare_device(study.device, study.training.dtype)
+    for name, reward in study.rewards.items():
+        if reward.device is None or not reward.device.startswith("cuda"):
+            continue
+        import torch
+
+        index, seen = int(reward.device.partition(":")[2] or 0), torch.cuda.device_count()
+        if index >= seen:
+            raise ConfigError(f"rewards.{name}.device: {reward.device}, but torch sees {seen} "
+                              "CUDA device(s) on this machine")

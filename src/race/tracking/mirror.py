@@ -27,6 +27,7 @@ from race.core import cells as C
 from race.core.atomic import write_json_atomic
 from race.core.outputs import (
     CORRUPT_SUFFIX,
+    DRY_RUN_NOTE,
     METRICS,
     CorruptOutputError,
     metrics_problem,
@@ -170,7 +171,7 @@ def forget_lost_store(study: Study, dry_run: bool = False) -> list[str]:
         return []
     line = f"race: {logged}: the tracking DB {db} is gone; the mlflow_log job rebuilds it from "
     if dry_run:
-        return [line + "the run folders (dry run: left in place)"]
+        return [line + f"the run folders ({DRY_RUN_NOTE})"]
     logged.unlink()
     return [line + "the run folders"]
 
@@ -202,5 +203,5 @@ def mirror_study(study: Study, selected: list[dict], reports: str | Path | None 
     summary = finish_study_run(MlflowClient(tracking_uri=spec.tracking_uri), study_run, study,
                                [study.run_dir(c) for c in cells], reports)
     return {"experiment_id": experiment_id, "study_run_id": study_run,
-            "tracking_uri": spec.tracking_uri, "live": study.mlflow_live,
+            "tracking_uri": spec.tracking_uri,
             "study": summary, "runs": runs}
