@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -23,17 +24,19 @@ SLURM_RECORD = "slurm-cluster.json"  # in the folder the run's workers share
 
 #: Test files in the order pytest-xdist's workers take them (pyproject.toml: whole files, in
 #: collection order): those that run a study first, so that they start at once on separate
-#: workers and the unit tests fill in beside them; last, the file that only reads the smoke
-#: study test_smoke_study.py runs (tests/smoke.py), so that it rarely waits for it.
-FIRST = ("test_smoke_study.py", "test_rehearsal.py", "test_gpus.py")
-LAST = ("test_faults.py",)
+#: workers and the unit tests fill in beside them. A worker is handed its next file once at
+#: most two of its tests are left, and that file then waits for the study: so the study files
+#: keep more than two tests pending while their study runs (test_rehearsal.py's study test
+#: comes first; test_smoke_study.py holds the fault tests that read its study), and the
+#: memory test on the rehearsal's models, which needs no finished study, goes to the third
+#: worker and runs beside the studies.
+FIRST = ("test_smoke_study.py", "test_rehearsal.py", "test_gpus.py", "test_rehearsal_memory.py")
 
 
 def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
         name = item.path.name
-        return FIRST.index(name) if name in FIRST else (
-            len(FIRST) + 1 if name in LAST else len(FIRST))
+        return FIRST.index(name) if name in FIRST else len(FIRST)
 
     items.sort(key=rank)  # stable: file order kept otherwise
 
@@ -121,3 +124,24 @@ def smoke_study(shared_tmp, request) -> dict:
     from smoke import finished_study
 
     return finished_study(shared_tmp, lambda: request.getfixturevalue("slurm_cluster"))
+
+
+@pytest.fixture(scope="session")
+def install_stand_ins(shared_tmp):
+    """Puts the rehearsal's stand-ins for the hub (`race stand-ins`) at a workflow's
+    ``results-rehearsal/hub``: written once per test run across the workers (under a lock in
+    their shared folder), then hard-linked (their files are only read)."""
+    from filelock import FileLock
+
+    from race.cli import main
+
+    hub = shared_tmp / "rehearsal-hub"
+    with FileLock(shared_tmp / "rehearsal-hub.lock"):
+        if not (hub / "stand_ins.json").exists():  # written last (race.study.stand_ins)
+            shutil.rmtree(hub, ignore_errors=True)
+            assert main(["stand-ins", "--out", str(hub)]) == 0
+
+    def install(wd: Path) -> None:
+        shutil.copytree(hub, wd / "results-rehearsal" / "hub", copy_function=os.link)
+
+    return install

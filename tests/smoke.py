@@ -1,5 +1,5 @@
 """The smoke study the tests share: run once per test run, uninterrupted, and read by every
-test that needs a finished study (tests/test_smoke_study.py, tests/test_faults.py). Under
+test that needs a finished study (tests/test_smoke_study.py, its fault tests included). Under
 pytest-xdist the first worker to ask runs it, under a lock in the folder the run's workers
 share; the others wait for it and read what it left."""
 

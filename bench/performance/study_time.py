@@ -130,13 +130,15 @@ def print_chain(workdir: Path, results: str, floor: float, cores: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("benchmarks", nargs="?", default="benchmarks", type=Path)
+    parser.add_argument("benchmarks", nargs="?", type=Path,
+                        help="the study's benchmark folder (default: benchmarks/ in --workdir)")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--wall", type=float, help="the study's wall seconds, if known")
     parser.add_argument("--workdir", type=Path, default=Path("."),
                         help="where the study ran (its .snakemake/)")
     parser.add_argument("--results", default="results", help="the study's results_dir")
     args = parser.parse_args()
+    args.benchmarks = args.benchmarks or args.workdir / "benchmarks"
     if not args.benchmarks.is_dir():
         raise SystemExit(f"{args.benchmarks}: no such directory (run the study first)")
     seconds = job_seconds(args.benchmarks)
