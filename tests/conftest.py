@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from once import once_per_run
 
 
 def pytest_configure(config):
@@ -20,7 +21,7 @@ def pytest_configure(config):
 
 
 SLURM_CLUSTER = ["bash", str(Path(__file__).resolve().parents[1] / "tools" / "slurm-cluster.sh")]
-SLURM_RECORD = "slurm-cluster.json"  # in the folder the run's workers share
+SLURM_RECORD = "slurm-cluster"  # its record's name in the folder the run's workers share
 
 #: Test files in the order pytest-xdist's workers take them (pyproject.toml: whole files, in
 #: collection order): those that run a study first, so that they start at once on separate
@@ -86,18 +87,13 @@ def slurm_cluster(shared_tmp):
     cannot be. While it is up, no snakemake call waits on it: with the SLURM client installed
     but no controller, each waits ~10 s (the executor plugin asks `scontrol show config` as
     it loads)."""
-    from filelock import FileLock
+    def bring_up() -> dict:
+        running = subprocess.run([*SLURM_CLUSTER, "status"], capture_output=True)
+        up = subprocess.run([*SLURM_CLUSTER, "up"], capture_output=True, text=True, timeout=600)
+        return {"error": None if up.returncode == 0 else (up.stderr.strip() or up.stdout.strip()),
+                "take_down": up.returncode == 0 and running.returncode != 0}
 
-    record = shared_tmp / SLURM_RECORD
-    with FileLock(shared_tmp / "slurm-cluster.lock"):
-        if not record.exists():
-            running = subprocess.run([*SLURM_CLUSTER, "status"], capture_output=True)
-            up = subprocess.run([*SLURM_CLUSTER, "up"], capture_output=True, text=True,
-                                timeout=600)
-            record.write_text(json.dumps({
-                "error": None if up.returncode == 0 else (up.stderr.strip() or up.stdout.strip()),
-                "take_down": up.returncode == 0 and running.returncode != 0}))
-    return json.loads(record.read_text())["error"]
+    return once_per_run(shared_tmp, SLURM_RECORD, bring_up)["error"]
 
 
 def pytest_sessionfinish(session):
@@ -105,7 +101,7 @@ def pytest_sessionfinish(session):
     cluster that `slurm_cluster` brought up."""
     if hasattr(session.config, "workerinput"):
         return
-    record = session.config._tmp_path_factory.getbasetemp() / SLURM_RECORD
+    record = session.config._tmp_path_factory.getbasetemp() / f"{SLURM_RECORD}.json"
     if record.exists() and json.loads(record.read_text())["take_down"]:
         subprocess.run([*SLURM_CLUSTER, "down"], capture_output=True)
 
@@ -128,20 +124,20 @@ def smoke_study(shared_tmp, request) -> dict:
 
 @pytest.fixture(scope="session")
 def install_stand_ins(shared_tmp):
-    """Puts the rehearsal's stand-ins for the hub (`race stand-ins`) at a workflow's
-    ``results-rehearsal/hub``: written once per test run across the workers (under a lock in
-    their shared folder), then hard-linked (their files are only read)."""
-    from filelock import FileLock
-
+    """Puts the rehearsal's stand-ins for the hub (`race stand-ins`) at a folder: written once
+    per test run across the workers, then hard-linked (their files are only read)."""
     from race.cli import main
 
     hub = shared_tmp / "rehearsal-hub"
-    with FileLock(shared_tmp / "rehearsal-hub.lock"):
-        if not (hub / "stand_ins.json").exists():  # written last (race.study.stand_ins)
-            shutil.rmtree(hub, ignore_errors=True)
-            assert main(["stand-ins", "--out", str(hub)]) == 0
 
-    def install(wd: Path) -> None:
-        shutil.copytree(hub, wd / "results-rehearsal" / "hub", copy_function=os.link)
+    def write() -> dict:
+        shutil.rmtree(hub, ignore_errors=True)  # what a failed build left
+        assert main(["stand-ins", "--out", str(hub)]) == 0
+        return {"hub": str(hub)}
+
+    once_per_run(shared_tmp, "rehearsal-hub", write)
+
+    def install(to: Path) -> None:
+        shutil.copytree(hub, to, copy_function=os.link)
 
     return install

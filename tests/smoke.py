@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
-from filelock import FileLock
+from once import once_per_run
 
 from race.analysis.columns import TIMING_COLUMNS
 
@@ -37,27 +37,24 @@ def finished_study(shared: Path, slurm_cluster: Callable[[], str | None]) -> dic
     local one; a hang is a failure (timeout)."""
     from test_workflow import snakemake, workdir
 
-    record = shared / "smoke-study.json"
-    with FileLock(shared / "smoke-study.lock"):
-        if not record.exists():
-            not_on_slurm = slurm_cluster()
-            wd = shared / "smoke"
-            wd.mkdir()
-            workdir(wd)
-            if not_on_slurm is None:
-                (wd / "study.yaml").write_text(
-                    (wd / "configs" / "smoke.yaml").read_text() + ON_SLURM)
-                proc = snakemake(wd, "--workflow-profile", "profiles/slurm", "--configfile",
-                                 "study.yaml", "--slurm-init-seconds-before-status-checks",
-                                 "2", "--seconds-between-status-checks", "2", timeout=1200)
-            else:
-                proc = snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
-            finished = shared / "smoke-finished"
-            shutil.copytree(wd, finished, symlinks=True)
-            record.write_text(json.dumps({
-                "wd": str(wd), "finished": str(finished), "log": proc.stdout + proc.stderr,
-                "slurm": not_on_slurm is None, "not_on_slurm": not_on_slurm}))
-    study = json.loads(record.read_text())
+    def run() -> dict:
+        not_on_slurm = slurm_cluster()
+        wd = shared / "smoke"
+        wd.mkdir()
+        workdir(wd)
+        if not_on_slurm is None:
+            (wd / "study.yaml").write_text((wd / "configs" / "smoke.yaml").read_text() + ON_SLURM)
+            proc = snakemake(wd, "--workflow-profile", "profiles/slurm", "--configfile",
+                             "study.yaml", "--slurm-init-seconds-before-status-checks", "2",
+                             "--seconds-between-status-checks", "2", timeout=1200)
+        else:
+            proc = snakemake(wd, "--cores", "2", "--configfile", "configs/smoke.yaml")
+        finished = shared / "smoke-finished"
+        shutil.copytree(wd, finished, symlinks=True)
+        return {"wd": str(wd), "finished": str(finished), "log": proc.stdout + proc.stderr,
+                "slurm": not_on_slurm is None, "not_on_slurm": not_on_slurm}
+
+    study = once_per_run(shared, "smoke-study", run)
     return {**study, "wd": Path(study["wd"]), "finished": Path(study["finished"])}
 
 

@@ -61,7 +61,7 @@ def load(name: str) -> dict:
 def rehearsal(tmp_path_factory, install_stand_ins) -> Path:
     """``make rehearsal`` in a scratch copy of the workflow: the stand-ins, then the study."""
     wd = workdir(tmp_path_factory.mktemp("rehearsal"))
-    install_stand_ins(wd)
+    install_stand_ins(wd / REHEARSAL / "hub")
     snakemake(wd, "--cores", "2", "--configfile", "configs/rehearsal.yaml")
     return wd
 

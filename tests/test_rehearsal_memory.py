@@ -14,7 +14,7 @@ def stand_ins(tmp_path_factory, install_stand_ins) -> Path:
     """A scratch copy of the workflow holding the rehearsal's stand-in models and its data
     (the data rule of configs/rehearsal.yaml), and nothing trained."""
     wd = workdir(tmp_path_factory.mktemp("rehearsal-memory"))
-    install_stand_ins(wd)
+    install_stand_ins(wd / REHEARSAL / "hub")
     snakemake(wd, f"{REHEARSAL}/data/train.jsonl", "--cores", "1", "--configfile",
               "configs/rehearsal.yaml")
     return wd
